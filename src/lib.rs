@@ -1,0 +1,1 @@
+//! leaderd: leader election over a Redis lease.
