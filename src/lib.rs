@@ -1,1 +1,32 @@
-//! leaderd: leader election over a Redis lease.
+//! leaderd: leader election over a Redis lease, as a sidecar daemon and as a library.
+//!
+//! Library layer:
+//! - [`lease`]: the lease primitive (acquire, renew, release, wait) and its fencing tokens.
+//! - [`lock`]: a reentrant lock over a lease, with a watchdog that renews it in the
+//!   background and reports its loss.
+//! - [`conn`]: one Redis endpoint with timeouts and error kinds; [`release_watch`]: the
+//!   release channel listener.
+//! - [`election`]: the elector state machine, behind a small lease trait.
+//! - [`state`]: the leadership state and the status document derived from it.
+//!
+//! Daemon layer:
+//! - [`config`]: `config.yaml`, environment and flags, validated.
+//! - [`daemon`]: `leaderd run`, wiring everything around one state channel.
+//! - [`metrics`]: the Prometheus series of the contract in a private registry.
+//! - [`http`]: the HTTP probes, status document, event stream and metrics endpoint.
+//! - [`publish`]: the leader file, rewritten atomically at every change of the state.
+//! - [`shutdown`]: signals; [`logging`]: log output; [`cli`]: the commands.
+pub mod cli;
+pub mod config;
+pub mod conn;
+pub mod daemon;
+pub mod election;
+pub mod http;
+pub mod lease;
+pub mod lock;
+pub mod logging;
+pub mod metrics;
+pub mod publish;
+pub mod release_watch;
+pub mod shutdown;
+pub mod state;

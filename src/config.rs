@@ -1,0 +1,332 @@
+//! The configuration layer: `config.yaml`, `LEADERD_*` variables and command-line flags
+//! merged into one validated [`Config`], with every problem reported at once.
+//!
+//! Precedence is flag > environment > file > default. In the file, `${VAR}` in any string
+//! value is replaced from the environment and `$${` stands for a literal `${`.
+
+mod duration;
+mod expand;
+mod keys;
+mod redact;
+mod rules;
+mod sections;
+mod tree;
+mod values;
+
+#[cfg(test)]
+mod tests;
+
+use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
+
+pub use duration::{format_duration, parse_duration};
+
+/// Everything `leaderd` needs to run one election, validated as a whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The election name, shared by all replicas; part of every Redis key.
+    pub name: String,
+    /// This replica's identity, published as the holder; must differ between replicas.
+    pub identity: String,
+    /// Section `redis`: where the lease lives.
+    pub redis: RedisConfig,
+    /// Section `election`: lease timing and campaigning.
+    pub election: ElectionConfig,
+    /// Section `publish`: the HTTP server and the leader file.
+    pub publish: PublishConfig,
+    /// Section `exec`: the command run only while leading.
+    pub exec: ExecConfig,
+    /// Section `logging`.
+    pub logging: LoggingConfig,
+}
+
+/// How the lease store is deployed, which decides how to connect and lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One server at `url`.
+    Single,
+    /// A master found through `sentinels` by `master_name`.
+    Sentinel,
+    /// Independent servers at `urls` (an odd number >= 3), a majority holds the lease.
+    Redlock,
+    /// A Redis Cluster, reached through the seed nodes in `urls`.
+    Cluster,
+}
+
+/// A password: kept out of `Debug` output, logs and the printed configuration.
+#[derive(Clone, PartialEq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value (for tests and callers that build a [`Config`] by hand).
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that must send it (the Redis AUTH).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(redact::REDACTED)
+    }
+}
+
+/// Where and how to reach Redis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisConfig {
+    /// How Redis is deployed (default single).
+    pub mode: RedisMode,
+    /// Mode single: the server (default `redis://127.0.0.1:6379/0`).
+    pub url: Option<String>,
+    /// Mode redlock: the independent servers; mode cluster: the seed nodes.
+    pub urls: Vec<String>,
+    /// Mode sentinel: the sentinels to ask.
+    pub sentinels: Vec<String>,
+    /// Mode sentinel: the name of the monitored master.
+    pub master_name: Option<String>,
+    /// The Redis ACL user.
+    pub username: Option<String>,
+    /// `LEADERD_REDIS_PASSWORD` if set and not empty, else the contents of `password_file`
+    /// with the trailing newline removed.
+    pub password: Option<Secret>,
+    /// A file holding the password (read only when `LEADERD_REDIS_PASSWORD` is not set).
+    pub password_file: Option<PathBuf>,
+    /// Prepended to every key (default `leaderd:`).
+    pub key_prefix: String,
+    /// Limit on establishing a connection (default 1s).
+    pub connect_timeout: Duration,
+    /// Limit on one command's round trip (default 500ms); less than `retry_period`.
+    pub command_timeout: Duration,
+    /// When > 0, an acquire or renew counts only after that many replicas acknowledged it.
+    pub min_replicas_ack: u32,
+}
+
+/// What a replica does after losing a term for a reason other than shutdown or yield.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    /// Campaign again after `retry_period`.
+    Contend,
+    /// Exit with code 1, for services that want a restart.
+    Exit,
+}
+
+/// Timing of the lease and of campaigning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElectionConfig {
+    /// TTL of the lease in Redis.
+    pub lease_duration: Duration,
+    /// A leader that has not renewed within this steps down.
+    pub renew_deadline: Duration,
+    /// Renew interval of the leader, poll interval of the others.
+    pub retry_period: Duration,
+    /// Followers wait `retry_period * (1 + U(0, jitter))`; `0 <= jitter <= 1`.
+    pub jitter: f64,
+    /// Release the lease on a clean shutdown (default true).
+    pub release_on_shutdown: bool,
+    /// What to do after losing a term (default contend).
+    pub on_lost: OnLost,
+    /// Set only when `http_get` or a `command` is configured.
+    pub health_check: Option<HealthCheckConfig>,
+}
+
+/// Lead only while the local service is healthy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthCheckConfig {
+    /// An `http://` URL, healthy when it answers 2xx.
+    pub http_get: Option<String>,
+    /// A command, healthy when it exits 0 (run directly, not through a shell).
+    pub command: Vec<String>,
+    /// Time between checks (default 2s).
+    pub period: Duration,
+    /// Limit on one check (default 1s); less than `period`.
+    pub timeout: Duration,
+    /// Consecutive failures before yielding or not contending (>= 1).
+    pub failures: u32,
+}
+
+/// When `/readyz` answers 200.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyWhen {
+    /// Only while leader with a valid lease.
+    Leader,
+    /// Once started.
+    Always,
+}
+
+/// Where the status is published.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishConfig {
+    /// None: no HTTP server (the empty string in the file, a flag or the environment).
+    pub http_addr: Option<SocketAddr>,
+    /// None: no leader file (the empty string).
+    pub leader_file: Option<PathBuf>,
+    /// When `/readyz` answers 200 (default leader).
+    pub ready_when: ReadyWhen,
+}
+
+/// What happens when the child exits while this replica leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnExit {
+    /// Release the lease and contend again after `retry_period`.
+    Release,
+    /// Release and exit with the child's code.
+    Exit,
+}
+
+/// The command run only while leading; empty `command` means no exec mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecConfig {
+    /// The program and its arguments, run directly (not through a shell).
+    pub command: Vec<String>,
+    /// Sent to the child's process group on stepping down (default SIGTERM).
+    pub stop_signal: nix::sys::signal::Signal,
+    /// Time between `stop_signal` and SIGKILL (default 3s); less than
+    /// `lease_duration - renew_deadline` in exec mode.
+    pub grace_period: Duration,
+    /// What to do when the child exits while leading (default release).
+    pub on_exit: OnExit,
+}
+
+/// The log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with an `event` field on leadership changes.
+    Json,
+}
+
+/// How to log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggingConfig {
+    /// Text or JSON lines (default text).
+    pub format: LogFormat,
+    /// One of trace, debug, info, warn, error (lowercase).
+    pub level: String,
+}
+
+/// Values given on the command line; None = not given. They win over the environment and
+/// the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--config`.
+    pub config_path: Option<PathBuf>,
+    /// `--name`.
+    pub name: Option<String>,
+    /// `--identity`.
+    pub identity: Option<String>,
+    /// `--redis-url`.
+    pub redis_url: Option<String>,
+    /// `--lease-duration`.
+    pub lease_duration: Option<String>,
+    /// `--renew-deadline`.
+    pub renew_deadline: Option<String>,
+    /// `--retry-period`.
+    pub retry_period: Option<String>,
+    /// `--http-addr` (the empty string: no HTTP server).
+    pub http_addr: Option<String>,
+    /// `--leader-file` (the empty string: no leader file).
+    pub leader_file: Option<String>,
+    /// `--log-format`.
+    pub log_format: Option<String>,
+    /// `--log-level`.
+    pub log_level: Option<String>,
+    /// From `-- COMMAND ARGS`; when non-empty it replaces `exec.command`.
+    pub exec_command: Vec<String>,
+}
+
+/// Every problem found in a configuration, each one line naming the key or flag, the bad
+/// value and what is allowed; `Display` prints them one per line.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .problems.join("\n"))]
+pub struct ConfigError {
+    /// One line per problem, in the order found.
+    pub problems: Vec<String>,
+}
+
+impl ConfigError {
+    fn one(problem: String) -> Self {
+        ConfigError {
+            problems: vec![problem.replace('\n', " ")],
+        }
+    }
+}
+
+/// Loads and validates the configuration. The file is `overrides.config_path`, else
+/// `$LEADERD_CONFIG`, else `./config.yaml`; `env` looks up environment variables
+/// (`|k| std::env::var(k).ok()` in production, a map in tests).
+///
+/// # Errors
+///
+/// A missing or unreadable file or invalid YAML gives one problem naming the path;
+/// otherwise every unknown key, bad value and broken rule is listed.
+pub fn load(
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let path = overrides
+        .config_path
+        .clone()
+        .or_else(|| {
+            env("LEADERD_CONFIG")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from("./config.yaml"));
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ConfigError::one(format!("config file {shown}: cannot read it: {e}")))?;
+    from_text(&text, &shown, overrides, env)
+}
+
+/// Like [`load`], but from YAML text instead of a file (`overrides.config_path` is ignored).
+///
+/// # Errors
+///
+/// As [`load`], without the file errors.
+pub fn load_from_str(
+    yaml: &str,
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    from_text(yaml, "<string>", overrides, env)
+}
+
+fn from_text(
+    text: &str,
+    origin: &str,
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| yaml_error(origin, &e))?;
+    if !(doc.is_null() || doc.is_mapping()) {
+        let what = tree::describe(&doc);
+        return Err(ConfigError::one(format!(
+            "config file {origin}: the top level is {what}, but it must be a mapping of keys (name, identity, redis, ...)"
+        )));
+    }
+    let mut reader = tree::Reader::new(env);
+    let root = reader.root(&doc);
+    let config = sections::build(&mut reader, &root, overrides);
+    rules::across(&mut reader, &config);
+    let problems = reader.into_problems();
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError { problems })
+    }
+}
+
+/// `config file PATH: invalid YAML at line L column C: WHAT` in one line.
+fn yaml_error(origin: &str, e: &serde_yaml::Error) -> ConfigError {
+    let what = e.to_string();
+    let what = what.split(" at line ").next().unwrap_or(&what).to_string();
+    let at = e
+        .location()
+        .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+        .unwrap_or_default();
+    ConfigError::one(format!("config file {origin}: invalid YAML{at}: {what}"))
+}

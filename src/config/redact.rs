@@ -1,0 +1,182 @@
+//! Keeping secrets out of output: passwords in URLs, and the effective configuration as
+//! `check-config` prints it.
+
+use serde_yaml::{Mapping, Value};
+
+use super::duration::format_duration;
+use super::values::{name_of, LOG_FORMATS, MODES, ON_EXIT, ON_LOST, READY_WHEN};
+use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LoggingConfig};
+use super::{PublishConfig, RedisConfig};
+
+/// Shown instead of every secret.
+pub(super) const REDACTED: &str = "<redacted>";
+
+/// Replaces the password of every URL in `text` (`scheme://user:PASSWORD@host`) with
+/// `<redacted>`; the rest of the text is unchanged.
+pub(super) fn scrub(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || "/?#\"'".contains(c))
+            .unwrap_or(tail.len());
+        let (authority, after) = tail.split_at(end);
+        out.push_str(&scrub_authority(authority));
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `user:pass@host` becomes `user:<redacted>@host`; anything without a password is kept.
+fn scrub_authority(authority: &str) -> String {
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return authority.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{user}:{REDACTED}@{host}"),
+        None => authority.to_string(),
+    }
+}
+
+impl Config {
+    /// The effective configuration as YAML, for `check-config`: every key present
+    /// (defaults included), durations written as in the file, the password and any
+    /// password inside a URL shown as `<redacted>`.
+    pub fn to_redacted_yaml(&self) -> String {
+        let doc = map(vec![
+            ("name", text(&self.name)),
+            ("identity", text(&self.identity)),
+            ("redis", redis(&self.redis)),
+            ("election", election(&self.election)),
+            ("publish", publish(&self.publish)),
+            ("exec", exec(&self.exec)),
+            ("logging", logging(&self.logging)),
+        ]);
+        serde_yaml::to_string(&doc)
+            .unwrap_or_else(|e| format!("# the configuration cannot be shown: {e}\n"))
+    }
+}
+
+fn map(pairs: Vec<(&str, Value)>) -> Value {
+    let mut m = Mapping::new();
+    for (k, v) in pairs {
+        m.insert(Value::String(k.to_string()), v);
+    }
+    Value::Mapping(m)
+}
+
+fn text(s: &str) -> Value {
+    Value::String(s.to_string())
+}
+
+fn url(s: &str) -> Value {
+    Value::String(scrub(s))
+}
+
+fn opt<T>(value: Option<T>, f: impl FnOnce(T) -> Value) -> Value {
+    value.map_or(Value::Null, f)
+}
+
+fn list(items: &[String], f: fn(&str) -> Value) -> Value {
+    Value::Sequence(items.iter().map(|s| f(s)).collect())
+}
+
+fn dur(d: std::time::Duration) -> Value {
+    Value::String(format_duration(d))
+}
+
+fn redis(r: &RedisConfig) -> Value {
+    map(vec![
+        ("mode", text(name_of(MODES, r.mode))),
+        ("url", opt(r.url.as_deref(), url)),
+        ("urls", list(&r.urls, url)),
+        ("sentinels", list(&r.sentinels, url)),
+        ("master_name", opt(r.master_name.as_deref(), text)),
+        ("username", opt(r.username.as_deref(), text)),
+        ("password", opt(r.password.as_ref(), |_| text(REDACTED))),
+        (
+            "password_file",
+            opt(r.password_file.as_ref(), |p| text(&p.to_string_lossy())),
+        ),
+        ("key_prefix", text(&r.key_prefix)),
+        ("connect_timeout", dur(r.connect_timeout)),
+        ("command_timeout", dur(r.command_timeout)),
+        ("min_replicas_ack", Value::from(r.min_replicas_ack)),
+    ])
+}
+
+fn election(e: &ElectionConfig) -> Value {
+    map(vec![
+        ("lease_duration", dur(e.lease_duration)),
+        ("renew_deadline", dur(e.renew_deadline)),
+        ("retry_period", dur(e.retry_period)),
+        ("jitter", Value::from(e.jitter)),
+        ("release_on_shutdown", Value::Bool(e.release_on_shutdown)),
+        ("on_lost", text(name_of(ON_LOST, e.on_lost))),
+        ("health_check", opt(e.health_check.as_ref(), health_check)),
+    ])
+}
+
+fn health_check(h: &HealthCheckConfig) -> Value {
+    map(vec![
+        ("http_get", opt(h.http_get.as_deref(), url)),
+        ("command", list(&h.command, text)),
+        ("period", dur(h.period)),
+        ("timeout", dur(h.timeout)),
+        ("failures", Value::from(h.failures)),
+    ])
+}
+
+fn publish(p: &PublishConfig) -> Value {
+    let addr = p.http_addr.map_or_else(String::new, |a| a.to_string());
+    let file = p
+        .leader_file
+        .as_ref()
+        .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+    map(vec![
+        ("http_addr", text(&addr)),
+        ("leader_file", text(&file)),
+        ("ready_when", text(name_of(READY_WHEN, p.ready_when))),
+    ])
+}
+
+fn exec(x: &ExecConfig) -> Value {
+    map(vec![
+        ("command", list(&x.command, text)),
+        ("stop_signal", text(x.stop_signal.as_str())),
+        ("grace_period", dur(x.grace_period)),
+        ("on_exit", text(name_of(ON_EXIT, x.on_exit))),
+    ])
+}
+
+fn logging(l: &LoggingConfig) -> Value {
+    map(vec![
+        ("format", text(name_of(LOG_FORMATS, l.format))),
+        ("level", text(&l.level)),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrubs_passwords_in_urls() {
+        assert_eq!(
+            scrub("redis://u:p4ss@h:6379/0"),
+            "redis://u:<redacted>@h:6379/0"
+        );
+        assert_eq!(scrub("redis://:p4ss@h"), "redis://:<redacted>@h");
+        assert_eq!(
+            scrub("x \"rediss://a:b@h\" and redis://c:d@e/1"),
+            "x \"rediss://a:<redacted>@h\" and redis://c:<redacted>@e/1"
+        );
+        assert_eq!(scrub("redis://user@h:1"), "redis://user@h:1");
+        assert_eq!(scrub("redis://h:6379/0"), "redis://h:6379/0");
+        assert_eq!(scrub("no url here"), "no url here");
+        assert_eq!(scrub("redis://u:p@ss@h"), "redis://u:<redacted>@h");
+    }
+}

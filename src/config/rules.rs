@@ -1,0 +1,183 @@
+//! Rules that tie several keys together. Each broken rule is one problem naming the rule
+//! and the actual values. A rule is skipped when one of its values was itself rejected,
+//! so a typo gives one problem, not a cascade.
+
+use std::time::Duration;
+
+use super::duration::format_duration as fmt;
+use super::tree::Reader;
+use super::{Config, ElectionConfig, HealthCheckConfig, RedisConfig, RedisMode};
+
+/// Which of `url`, `urls`, `sentinels` and `master_name` each mode needs and allows.
+pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisConfig, url_label: Option<&str>) {
+    if !r.all_valid(&["redis.mode"]) {
+        return;
+    }
+    let mode = super::values::name_of(super::values::MODES, c.mode);
+    let single = c.mode == RedisMode::Single;
+    let sentinel = c.mode == RedisMode::Sentinel;
+    if let (false, Some(label)) = (single, url_label) {
+        let msg = format!(
+            "{label}: only mode single uses a single url; mode {mode} uses {}",
+            uses(c.mode)
+        );
+        r.problem("redis.url", msg);
+    }
+    if !c.urls.is_empty() && matches!(c.mode, RedisMode::Single | RedisMode::Sentinel) {
+        let msg = format!(
+            "redis.urls: only modes redlock and cluster use urls; mode {mode} uses {}",
+            uses(c.mode)
+        );
+        r.problem("redis.urls", msg);
+    }
+    if !sentinel && (!c.sentinels.is_empty() || c.master_name.is_some()) {
+        let msg = format!(
+            "redis.sentinels, redis.master_name: only mode sentinel uses them; mode {mode} uses {}",
+            uses(c.mode)
+        );
+        r.problem("redis.sentinels", msg);
+    }
+    mode_needs(r, c);
+}
+
+/// What each mode reads its addresses from, for the messages above.
+fn uses(mode: RedisMode) -> &'static str {
+    match mode {
+        RedisMode::Single => "redis.url",
+        RedisMode::Sentinel => "redis.sentinels and redis.master_name",
+        RedisMode::Redlock | RedisMode::Cluster => "redis.urls",
+    }
+}
+
+fn mode_needs(r: &mut Reader<'_>, c: &RedisConfig) {
+    let n = c.urls.len();
+    let missing = match c.mode {
+        RedisMode::Single => None,
+        RedisMode::Sentinel if c.sentinels.is_empty() => Some((
+            "redis.sentinels",
+            "mode sentinel needs at least one sentinel URL".to_string(),
+        )),
+        RedisMode::Sentinel if c.master_name.is_none() => Some((
+            "redis.master_name",
+            "mode sentinel needs the name of the monitored master".to_string(),
+        )),
+        RedisMode::Redlock if n < 3 || n % 2 == 0 => Some((
+            "redis.urls",
+            format!("mode redlock needs an odd number >= 3 of urls (got {n})"),
+        )),
+        RedisMode::Cluster if n == 0 => Some((
+            "redis.urls",
+            "mode cluster needs at least one seed node URL".to_string(),
+        )),
+        _ => None,
+    };
+    if let Some((key, why)) = missing {
+        if r.all_valid(&[key]) {
+            r.problem(key, format!("{key}: {why}"));
+        }
+    }
+}
+
+/// `lease_duration > renew_deadline > retry_period * (1 + jitter)`.
+pub(super) fn election(r: &mut Reader<'_>, e: &ElectionConfig) {
+    let (lease, renew, retry) = (e.lease_duration, e.renew_deadline, e.retry_period);
+    let keys = ["election.lease_duration", "election.renew_deadline"];
+    if r.all_valid(&keys) && lease <= renew {
+        let msg = format!(
+            "election: lease_duration ({}) must be greater than renew_deadline ({})",
+            fmt(lease),
+            fmt(renew)
+        );
+        r.problem("election", msg);
+    }
+    let keys = [
+        "election.renew_deadline",
+        "election.retry_period",
+        "election.jitter",
+    ];
+    let slowest = Duration::try_from_secs_f64(retry.as_secs_f64() * (1.0 + e.jitter)).ok();
+    if let (true, Some(slowest)) = (r.all_valid(&keys), slowest) {
+        if renew <= slowest {
+            let msg = format!(
+                "election: renew_deadline ({}) must be greater than retry_period * (1 + jitter) ({} * {} = {})",
+                fmt(renew),
+                fmt(retry),
+                1.0 + e.jitter,
+                fmt(slowest)
+            );
+            r.problem("election", msg);
+        }
+    }
+}
+
+/// `timeout < period`: a check must end before the next one starts.
+pub(super) fn health_check(r: &mut Reader<'_>, h: &HealthCheckConfig) {
+    let keys = [
+        "election.health_check.timeout",
+        "election.health_check.period",
+    ];
+    if r.all_valid(&keys) && h.timeout >= h.period {
+        let msg = format!(
+            "election.health_check: timeout ({}) must be less than period ({})",
+            fmt(h.timeout),
+            fmt(h.period)
+        );
+        r.problem("election.health_check", msg);
+    }
+    if h.http_get.is_some() && !h.command.is_empty() {
+        let msg = "election.health_check: set either http_get or command, not both".to_string();
+        r.problem("election.health_check", msg);
+    }
+    if h.command.first().is_some_and(String::is_empty) {
+        let msg = "election.health_check.command[0]: \"\" is not allowed (the first item is the program to run)";
+        r.problem("election.health_check.command", msg.to_string());
+    }
+}
+
+/// Rules between sections: `command_timeout < retry_period`, and in exec mode
+/// `grace_period < lease_duration - renew_deadline`.
+pub(super) fn across(r: &mut Reader<'_>, c: &Config) {
+    let e = &c.election;
+    let keys = ["redis.command_timeout", "election.retry_period"];
+    if r.all_valid(&keys) && c.redis.command_timeout >= e.retry_period {
+        let msg = format!(
+            "redis.command_timeout ({}) must be less than election.retry_period ({})",
+            fmt(c.redis.command_timeout),
+            fmt(e.retry_period)
+        );
+        r.problem("redis.command_timeout", msg);
+    }
+    if !c.exec.command.is_empty() {
+        exec_grace(r, c);
+    }
+    if c.exec.command.first().is_some_and(String::is_empty) {
+        let msg = "exec.command[0]: \"\" is not allowed (the first item is the program to run)";
+        r.problem("exec.command", msg.to_string());
+    }
+}
+
+/// The child must be stopped before a lease that was not renewed can pass to another replica.
+fn exec_grace(r: &mut Reader<'_>, c: &Config) {
+    let e = &c.election;
+    let keys = [
+        "exec.grace_period",
+        "election.lease_duration",
+        "election.renew_deadline",
+    ];
+    let margin = e
+        .lease_duration
+        .checked_sub(e.renew_deadline)
+        .filter(|m| !m.is_zero());
+    if let (true, Some(margin)) = (r.all_valid(&keys), margin) {
+        if c.exec.grace_period >= margin {
+            let msg = format!(
+                "exec.grace_period ({}) must be less than election.lease_duration - election.renew_deadline ({} - {} = {})",
+                fmt(c.exec.grace_period),
+                fmt(e.lease_duration),
+                fmt(e.renew_deadline),
+                fmt(margin)
+            );
+            r.problem("exec.grace_period", msg);
+        }
+    }
+}

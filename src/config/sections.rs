@@ -1,0 +1,286 @@
+//! Reading each section of the file, with flags and `LEADERD_*` variables layered on top,
+//! into the typed configuration. Defaults live here.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::tree::{Node, Reader};
+use super::values::{self as v, choice};
+use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LogFormat, LoggingConfig};
+use super::{OnExit, OnLost, Overrides, PublishConfig, ReadyWhen, RedisConfig, RedisMode, Secret};
+
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+const DEFAULT_LEADER_FILE: &str = "/var/run/leaderd/leader.json";
+const PASSWORD_VAR: &str = "LEADERD_REDIS_PASSWORD";
+
+/// Reads the whole configuration; problems go to `r`, rejected values get defaults.
+pub(super) fn build(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> Config {
+    Config {
+        name: name(r, root, o),
+        identity: identity(r, root, o),
+        redis: redis(r, root, o),
+        election: election(r, root, o),
+        publish: publish(r, root, o),
+        exec: exec(r, root, o),
+        logging: logging(r, root, o),
+    }
+}
+
+fn name(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> String {
+    let input = r.layered(root, "name", Some("LEADERD_NAME"), ("--name", &o.name));
+    let given = input.is_some();
+    let name = r.get(input, v::name);
+    if !given {
+        let msg = "name: missing; it is required (allowed: 1-200 characters of [A-Za-z0-9._-]; \
+                   set it in the file, with --name or with LEADERD_NAME)";
+        r.problem("name", msg.to_string());
+    }
+    name.unwrap_or_default()
+}
+
+fn identity(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> String {
+    let input = r.layered(
+        root,
+        "identity",
+        Some("LEADERD_IDENTITY"),
+        ("--identity", &o.identity),
+    );
+    if input.is_some() {
+        return r.get(input, v::identity).unwrap_or_default();
+    }
+    let host = nix::unistd::gethostname()
+        .map_err(|e| e.to_string())
+        .and_then(|h| {
+            h.into_string()
+                .map_err(|_| "it is not valid UTF-8".to_string())
+        })
+        .and_then(|h| v::identity(&h));
+    host.unwrap_or_else(|why| {
+        let msg = format!("identity: not set, and the host name cannot be used ({why}); set identity, --identity or LEADERD_IDENTITY");
+        r.problem("identity", msg);
+        String::new()
+    })
+}
+
+fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
+    let n = r.section(root, "redis");
+    let mode = r.get(r.file(&n, "mode"), choice(v::MODES));
+    let url_input = r.layered(
+        &n,
+        "url",
+        Some("LEADERD_REDIS_URL"),
+        ("--redis-url", &o.redis_url),
+    );
+    let url_label = url_input.as_ref().map(|i| i.label().to_string());
+    let password_file = r.get(r.file(&n, "password_file"), v::path);
+    let mut cfg = RedisConfig {
+        mode: mode.unwrap_or(RedisMode::Single),
+        url: r.get(url_input, v::redis_url),
+        urls: url_list(r, &n, "urls"),
+        sentinels: url_list(r, &n, "sentinels"),
+        master_name: r.get(r.file(&n, "master_name"), non_empty),
+        username: r.get(r.file(&n, "username"), non_empty),
+        password: password(r, password_file.as_deref()),
+        password_file,
+        key_prefix: r
+            .get(r.file(&n, "key_prefix"), |s| Ok(s.to_string()))
+            .unwrap_or_else(|| "leaderd:".into()),
+        connect_timeout: positive(r, &n, "connect_timeout", Duration::from_secs(1)),
+        command_timeout: positive(r, &n, "command_timeout", Duration::from_millis(500)),
+        min_replicas_ack: r
+            .get(r.file(&n, "min_replicas_ack"), v::count(0))
+            .unwrap_or(0),
+    };
+    if cfg.mode == RedisMode::Single && cfg.url.is_none() && url_label.is_none() {
+        cfg.url = Some(DEFAULT_REDIS_URL.to_string());
+    }
+    super::rules::redis_mode(r, &cfg, url_label.as_deref());
+    cfg
+}
+
+/// A list of Redis URLs, each one checked.
+fn url_list(r: &mut Reader<'_>, n: &Node<'_>, leaf: &str) -> Vec<String> {
+    let key = n.key(leaf);
+    let urls = r.list(r.file(n, leaf)).unwrap_or_default();
+    for (i, url) in urls.iter().enumerate() {
+        if let Err(why) = v::redis_url(url) {
+            r.problem(&key, format!("{key}[{i}]: {why}"));
+        }
+    }
+    urls
+}
+
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("\"\" is not allowed (write a value, or leave the key out)".into())
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+/// `LEADERD_REDIS_PASSWORD` when set and not empty, else the contents of the password file.
+fn password(r: &mut Reader<'_>, file: Option<&Path>) -> Option<Secret> {
+    if let Some(p) = r.env(PASSWORD_VAR).filter(|p| !p.is_empty()) {
+        return Some(Secret(p));
+    }
+    let path = file?;
+    let key = "redis.password_file";
+    match std::fs::read_to_string(path) {
+        Ok(text) if text.trim_end_matches(['\r', '\n']).is_empty() => {
+            r.problem(
+                key,
+                format!(
+                    "{key}: {path:?} is empty (write the password into it, or leave the key out)"
+                ),
+            );
+            None
+        }
+        Ok(text) => Some(Secret(text.trim_end_matches(['\r', '\n']).to_string())),
+        Err(e) => {
+            r.problem(key, format!("{key}: cannot read {path:?}: {e}"));
+            None
+        }
+    }
+}
+
+/// A duration > 0 from the file.
+fn positive(r: &mut Reader<'_>, n: &Node<'_>, leaf: &str, default: Duration) -> Duration {
+    r.get(r.file(n, leaf), v::positive_duration)
+        .unwrap_or(default)
+}
+
+/// A duration > 0 that a flag may also set.
+fn flagged(
+    r: &mut Reader<'_>,
+    n: &Node<'_>,
+    leaf: &str,
+    flag: (&str, &Option<String>),
+    default: Duration,
+) -> Duration {
+    r.get(r.layered(n, leaf, None, flag), v::positive_duration)
+        .unwrap_or(default)
+}
+
+fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfig {
+    let n = r.section(root, "election");
+    let secs = Duration::from_secs;
+    let cfg = ElectionConfig {
+        lease_duration: flagged(
+            r,
+            &n,
+            "lease_duration",
+            ("--lease-duration", &o.lease_duration),
+            secs(15),
+        ),
+        renew_deadline: flagged(
+            r,
+            &n,
+            "renew_deadline",
+            ("--renew-deadline", &o.renew_deadline),
+            secs(10),
+        ),
+        retry_period: flagged(
+            r,
+            &n,
+            "retry_period",
+            ("--retry-period", &o.retry_period),
+            secs(2),
+        ),
+        jitter: r.get(r.file(&n, "jitter"), v::jitter).unwrap_or(0.2),
+        release_on_shutdown: r
+            .get(r.file(&n, "release_on_shutdown"), v::boolean)
+            .unwrap_or(true),
+        on_lost: r
+            .get(r.file(&n, "on_lost"), choice(v::ON_LOST))
+            .unwrap_or(OnLost::Contend),
+        health_check: health_check(r, &n),
+    };
+    super::rules::election(r, &cfg);
+    cfg
+}
+
+/// The health check, or None when neither `http_get` nor a `command` is set.
+fn health_check(r: &mut Reader<'_>, parent: &Node<'_>) -> Option<HealthCheckConfig> {
+    let n = r.section(parent, "health_check");
+    let cfg = HealthCheckConfig {
+        http_get: r.get(r.file(&n, "http_get"), v::http_url),
+        command: r.list(r.file(&n, "command")).unwrap_or_default(),
+        period: positive(r, &n, "period", Duration::from_secs(2)),
+        timeout: positive(r, &n, "timeout", Duration::from_secs(1)),
+        failures: r.get(r.file(&n, "failures"), v::count(1)).unwrap_or(3),
+    };
+    super::rules::health_check(r, &cfg);
+    (cfg.http_get.is_some() || !cfg.command.is_empty()).then_some(cfg)
+}
+
+fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig {
+    let n = r.section(root, "publish");
+    let addr = r.layered(
+        &n,
+        "http_addr",
+        Some("LEADERD_HTTP_ADDR"),
+        ("--http-addr", &o.http_addr),
+    );
+    let file = r.layered(
+        &n,
+        "leader_file",
+        Some("LEADERD_LEADER_FILE"),
+        ("--leader-file", &o.leader_file),
+    );
+    let default_addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 9090));
+    PublishConfig {
+        http_addr: r.get(addr, v::http_addr).unwrap_or(Some(default_addr)),
+        leader_file: r
+            .get(file, v::leader_file)
+            .unwrap_or_else(|| Some(PathBuf::from(DEFAULT_LEADER_FILE))),
+        ready_when: r
+            .get(r.file(&n, "ready_when"), choice(v::READY_WHEN))
+            .unwrap_or(ReadyWhen::Leader),
+    }
+}
+
+fn exec(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ExecConfig {
+    let n = r.section(root, "exec");
+    let from_file = r.list(r.file(&n, "command")).unwrap_or_default();
+    ExecConfig {
+        command: if o.exec_command.is_empty() {
+            from_file
+        } else {
+            o.exec_command.clone()
+        },
+        stop_signal: r
+            .get(r.file(&n, "stop_signal"), v::signal)
+            .unwrap_or(Signal::SIGTERM),
+        grace_period: r
+            .get(r.file(&n, "grace_period"), v::duration)
+            .unwrap_or(Duration::from_secs(3)),
+        on_exit: r
+            .get(r.file(&n, "on_exit"), choice(v::ON_EXIT))
+            .unwrap_or(OnExit::Release),
+    }
+}
+
+fn logging(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> LoggingConfig {
+    let n = r.section(root, "logging");
+    let format = r.layered(
+        &n,
+        "format",
+        Some("LEADERD_LOG_FORMAT"),
+        ("--log-format", &o.log_format),
+    );
+    let level = r.layered(
+        &n,
+        "level",
+        Some("LEADERD_LOG_LEVEL"),
+        ("--log-level", &o.log_level),
+    );
+    LoggingConfig {
+        format: r
+            .get(format, choice(v::LOG_FORMATS))
+            .unwrap_or(LogFormat::Text),
+        level: r.get(level, v::log_level).unwrap_or_else(|| "info".into()),
+    }
+}

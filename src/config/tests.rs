@@ -1,0 +1,439 @@
+//! Tests of the whole configuration layer: defaults, files, environment, flags and output.
+//! The checks of single values and rules are in `tests/rules.rs`.
+
+mod rules;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::*;
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn ok(yaml: &str) -> Config {
+    load_from_str(yaml, &Overrides::default(), &no_env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn problems(yaml: &str) -> Vec<String> {
+    problems_with(yaml, &Overrides::default(), &no_env)
+}
+
+fn problems_with(yaml: &str, o: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    match load_from_str(yaml, o, env) {
+        Ok(c) => panic!("expected problems, got {c:?}"),
+        Err(e) => e.problems,
+    }
+}
+
+/// Asserts that exactly one problem was found and that it contains every fragment.
+fn one_problem(yaml: &str, fragments: &[&str]) {
+    let found = problems(yaml);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    for f in fragments {
+        assert!(found[0].contains(f), "{:?} lacks {f:?}", found[0]);
+    }
+}
+
+fn temp_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    f.write_all(text.as_bytes()).expect("write temp file");
+    f
+}
+
+#[test]
+fn defaults_from_a_minimal_file() {
+    let c = ok("name: x");
+    assert_eq!(c.name, "x");
+    assert!(!c.identity.is_empty(), "identity defaults to the host name");
+    let r = &c.redis;
+    assert_eq!(r.mode, RedisMode::Single);
+    assert_eq!(r.url.as_deref(), Some("redis://127.0.0.1:6379/0"));
+    assert!(r.urls.is_empty() && r.sentinels.is_empty());
+    assert_eq!((r.master_name.clone(), r.username.clone()), (None, None));
+    assert_eq!((r.password.clone(), r.password_file.clone()), (None, None));
+    assert_eq!(r.key_prefix, "leaderd:");
+    assert_eq!(r.connect_timeout, Duration::from_secs(1));
+    assert_eq!(r.command_timeout, Duration::from_millis(500));
+    assert_eq!(r.min_replicas_ack, 0);
+    let e = &c.election;
+    assert_eq!(e.lease_duration, Duration::from_secs(15));
+    assert_eq!(e.renew_deadline, Duration::from_secs(10));
+    assert_eq!(e.retry_period, Duration::from_secs(2));
+    assert_eq!(e.jitter, 0.2);
+    assert!(e.release_on_shutdown);
+    assert_eq!(e.on_lost, OnLost::Contend);
+    assert_eq!(e.health_check, None);
+    assert_eq!(c.publish.http_addr, Some("0.0.0.0:9090".parse().unwrap()));
+    assert_eq!(
+        c.publish.leader_file,
+        Some("/var/run/leaderd/leader.json".into())
+    );
+    assert_eq!(c.publish.ready_when, ReadyWhen::Leader);
+    assert!(c.exec.command.is_empty());
+    assert_eq!(c.exec.stop_signal, Signal::SIGTERM);
+    assert_eq!(c.exec.grace_period, Duration::from_secs(3));
+    assert_eq!(c.exec.on_exit, OnExit::Release);
+    assert_eq!(c.logging.format, LogFormat::Text);
+    assert_eq!(c.logging.level, "info");
+}
+
+#[test]
+fn null_sections_mean_defaults() {
+    let c = ok("name: x\nredis:\nelection: ~\npublish: null\nexec:\nlogging:\n");
+    assert_eq!(c, ok("name: x"));
+}
+
+#[test]
+fn a_full_file_is_read() {
+    let c = ok(r#"
+name: orders-scheduler
+identity: pod-a
+redis:
+  mode: sentinel
+  sentinels: [redis://s1:26379, redis://s2:26379]
+  master_name: mymaster
+  username: app
+  key_prefix: "x:"
+  connect_timeout: 2s
+  command_timeout: 250ms
+  min_replicas_ack: 1
+election:
+  lease_duration: 20s
+  renew_deadline: 12s
+  retry_period: 3s
+  jitter: 0.5
+  release_on_shutdown: false
+  on_lost: exit
+  health_check:
+    command: [sh, -c, "true"]
+    period: 5s
+    timeout: 1s
+    failures: 2
+publish:
+  http_addr: "[::]:9091"
+  leader_file: ""
+  ready_when: always
+exec:
+  command: [sleep, "100"]
+  stop_signal: INT
+  grace_period: 1500ms
+  on_exit: exit
+logging:
+  format: JSON
+  level: DEBUG
+"#);
+    assert_eq!(c.redis.mode, RedisMode::Sentinel);
+    assert_eq!(c.redis.url, None);
+    assert_eq!(c.redis.sentinels.len(), 2);
+    assert_eq!(c.redis.min_replicas_ack, 1);
+    assert_eq!(c.election.jitter, 0.5);
+    assert_eq!(c.election.on_lost, OnLost::Exit);
+    let h = c.election.health_check.expect("health check set");
+    assert_eq!(
+        (h.command.len(), h.period, h.failures),
+        (3, Duration::from_secs(5), 2)
+    );
+    assert_eq!(c.publish.http_addr, Some("[::]:9091".parse().unwrap()));
+    assert_eq!(c.publish.leader_file, None);
+    assert_eq!(c.exec.stop_signal, Signal::SIGINT);
+    assert_eq!(c.exec.grace_period, Duration::from_millis(1500));
+    assert_eq!(c.logging.format, LogFormat::Json);
+    assert_eq!(c.logging.level, "debug");
+}
+
+#[test]
+fn env_vars_are_expanded_in_file_strings() {
+    let env = env_of(&[
+        ("POD_NAME", "pod-7"),
+        ("LEASE", "30s"),
+        ("NODES", "redis://a"),
+    ]);
+    let yaml = "name: x\nidentity: ${POD_NAME}\nelection: {lease_duration: '${LEASE}'}\nredis: {mode: cluster, urls: ['${NODES}']}\nkey_literal_check: 1\n";
+    let found = problems_with(yaml, &Overrides::default(), &env);
+    assert_eq!(found, vec!["key_literal_check: unknown key (allowed here: name, identity, redis, election, publish, exec, logging)"]);
+    let yaml = "name: x\nidentity: ${POD_NAME}\nelection: {lease_duration: '${LEASE}'}\nredis: {key_prefix: '$${LEASE}'}\n";
+    let c = load_from_str(yaml, &Overrides::default(), &env).unwrap();
+    assert_eq!(c.identity, "pod-7");
+    assert_eq!(c.election.lease_duration, Duration::from_secs(30));
+    assert_eq!(c.redis.key_prefix, "${LEASE}");
+}
+
+#[test]
+fn unset_env_var_names_variable_and_key() {
+    one_problem(
+        "name: x\nidentity: ${POD_NAME}",
+        &["identity: ${POD_NAME}: environment variable POD_NAME is not set"],
+    );
+    let found = problems("name: x\nexec: {command: ['${A}', '${B}']}");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("exec.command[0]: ${A}: environment variable A is not set"));
+    assert!(found[1].starts_with("exec.command[1]: ${B}: environment variable B is not set"));
+}
+
+#[test]
+fn precedence_is_flag_then_env_then_file() {
+    let yaml = "name: file\nidentity: file-id\nredis: {url: 'redis://file:1'}\npublish: {http_addr: '127.0.0.1:1', leader_file: /f}\nlogging: {format: text, level: error}\n";
+    let env = env_of(&[
+        ("LEADERD_NAME", "env"),
+        ("LEADERD_IDENTITY", "env-id"),
+        ("LEADERD_REDIS_URL", "redis://env:2"),
+        ("LEADERD_HTTP_ADDR", "127.0.0.1:2"),
+        ("LEADERD_LEADER_FILE", ""),
+        ("LEADERD_LOG_FORMAT", "json"),
+        ("LEADERD_LOG_LEVEL", "warn"),
+    ]);
+    let file_only = load_from_str(yaml, &Overrides::default(), &no_env).unwrap();
+    assert_eq!(
+        (file_only.name.as_str(), file_only.logging.level.as_str()),
+        ("file", "error")
+    );
+    let from_env = load_from_str(yaml, &Overrides::default(), &env).unwrap();
+    assert_eq!(
+        (from_env.name.as_str(), from_env.identity.as_str()),
+        ("env", "env-id")
+    );
+    assert_eq!(from_env.redis.url.as_deref(), Some("redis://env:2"));
+    assert_eq!(
+        from_env.publish.http_addr,
+        Some("127.0.0.1:2".parse().unwrap())
+    );
+    assert_eq!(from_env.publish.leader_file, None);
+    assert_eq!(
+        (from_env.logging.format, from_env.logging.level.as_str()),
+        (LogFormat::Json, "warn")
+    );
+    let o = Overrides {
+        name: Some("flag".into()),
+        identity: Some("flag-id".into()),
+        redis_url: Some("redis://flag:3".into()),
+        http_addr: Some(String::new()),
+        leader_file: Some("/flag".into()),
+        log_format: Some("text".into()),
+        log_level: Some("TRACE".into()),
+        lease_duration: Some("30s".into()),
+        renew_deadline: Some("20s".into()),
+        retry_period: Some("5s".into()),
+        ..Default::default()
+    };
+    let c = load_from_str(yaml, &o, &env).unwrap();
+    assert_eq!((c.name.as_str(), c.identity.as_str()), ("flag", "flag-id"));
+    assert_eq!(c.redis.url.as_deref(), Some("redis://flag:3"));
+    assert_eq!(
+        (c.publish.http_addr, c.publish.leader_file),
+        (None, Some("/flag".into()))
+    );
+    assert_eq!(
+        (c.logging.format, c.logging.level.as_str()),
+        (LogFormat::Text, "trace")
+    );
+    let e = &c.election;
+    assert_eq!(
+        (e.lease_duration, e.renew_deadline, e.retry_period),
+        (
+            Duration::from_secs(30),
+            Duration::from_secs(20),
+            Duration::from_secs(5)
+        )
+    );
+}
+
+#[test]
+fn problems_name_the_flag_or_variable_that_gave_the_value() {
+    let o = Overrides {
+        lease_duration: Some("soon".into()),
+        ..Default::default()
+    };
+    let found = problems_with("name: x", &o, &no_env);
+    assert_eq!(found.len(), 1);
+    assert!(
+        found[0].starts_with("--lease-duration: \"soon\" is not a duration"),
+        "{found:?}"
+    );
+    let env = env_of(&[
+        ("LEADERD_HTTP_ADDR", "nowhere"),
+        ("LEADERD_LOG_LEVEL", "loud"),
+    ]);
+    let found = problems_with("name: x", &Overrides::default(), &env);
+    assert!(
+        found[0].starts_with("LEADERD_HTTP_ADDR: \"nowhere\""),
+        "{found:?}"
+    );
+    assert!(
+        found[1].starts_with("LEADERD_LOG_LEVEL: \"loud\""),
+        "{found:?}"
+    );
+    let o = Overrides {
+        name: Some("a b".into()),
+        ..Default::default()
+    };
+    assert!(problems_with("name: x", &o, &no_env)[0].starts_with("--name: \"a b\""));
+}
+
+#[test]
+fn exec_command_from_the_command_line_wins() {
+    let o = Overrides {
+        exec_command: vec!["run".into()],
+        ..Default::default()
+    };
+    let c = load_from_str("name: x\nexec: {command: [other]}", &o, &no_env).unwrap();
+    assert_eq!(c.exec.command, vec!["run".to_string()]);
+}
+
+#[test]
+fn password_from_env_wins_over_file() {
+    let secret = temp_file("s3cret\n");
+    let path = secret.path().display().to_string();
+    let yaml = format!("name: x\nredis: {{password_file: '{path}'}}");
+    let c = load_from_str(&yaml, &Overrides::default(), &no_env).unwrap();
+    assert_eq!(
+        c.redis.password.as_ref().map(Secret::expose),
+        Some("s3cret")
+    );
+    let env = env_of(&[("LEADERD_REDIS_PASSWORD", "from-env")]);
+    let c = load_from_str(&yaml, &Overrides::default(), &env).unwrap();
+    assert_eq!(
+        c.redis.password.as_ref().map(Secret::expose),
+        Some("from-env")
+    );
+    assert_eq!(c.redis.password_file.as_deref(), Some(secret.path()));
+}
+
+#[test]
+fn unreadable_password_file_names_key_and_path() {
+    one_problem(
+        "name: x\nredis: {password_file: /nonexistent/pw}",
+        &["redis.password_file: cannot read \"/nonexistent/pw\""],
+    );
+    let empty = temp_file("\n");
+    let yaml = format!(
+        "name: x\nredis: {{password_file: '{}'}}",
+        empty.path().display()
+    );
+    one_problem(&yaml, &["redis.password_file:", "is empty"]);
+}
+
+#[test]
+fn secrets_are_redacted_everywhere() {
+    let env = env_of(&[("LEADERD_REDIS_PASSWORD", "hunter2")]);
+    let yaml = "name: x\nredis: {url: 'redis://u:pw1@h:6379/0'}\n";
+    let c = load_from_str(yaml, &Overrides::default(), &env).unwrap();
+    assert_eq!(c.redis.url.as_deref(), Some("redis://u:pw1@h:6379/0"));
+    let out = c.to_redacted_yaml();
+    assert!(!out.contains("hunter2") && !out.contains("pw1"), "{out}");
+    assert!(out.contains("password: <redacted>"), "{out}");
+    assert!(out.contains("url: redis://u:<redacted>@h:6379/0"), "{out}");
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("hunter2") && debug.contains("<redacted>"));
+    let bad =
+        "name: x\nredis: {mode: cluster, url: 'redis://u:pw1@h:bad', urls: ['rediss://:pw2@h:x']}";
+    let found = problems(bad).join("\n");
+    assert!(!found.contains("pw1") && !found.contains("pw2"), "{found}");
+    assert!(found.contains("redis://u:<redacted>@h:bad"), "{found}");
+}
+
+#[test]
+fn redacted_yaml_has_every_key_and_loads_back() {
+    let c = ok("name: x\nidentity: me\nexec: {command: [a, b]}\npublish: {http_addr: ''}");
+    let out = c.to_redacted_yaml();
+    for key in [
+        "mode:",
+        "urls:",
+        "sentinels:",
+        "master_name:",
+        "username:",
+        "password:",
+        "password_file:",
+        "key_prefix:",
+        "connect_timeout: 1s",
+        "command_timeout: 500ms",
+        "min_replicas_ack: 0",
+        "lease_duration: 15s",
+        "jitter: 0.2",
+        "release_on_shutdown: true",
+        "on_lost: contend",
+        "health_check: null",
+        "http_addr: ''",
+        "leader_file: /var/run/leaderd/leader.json",
+        "ready_when: leader",
+        "stop_signal: SIGTERM",
+        "grace_period: 3s",
+        "on_exit: release",
+        "format: text",
+        "level: info",
+    ] {
+        assert!(out.contains(key), "{key} missing in\n{out}");
+    }
+    let without_password: String = out
+        .lines()
+        .filter(|l| !l.contains("password:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(ok(&without_password), c);
+}
+
+#[test]
+fn file_errors_are_one_line_naming_the_path() {
+    let o = Overrides {
+        config_path: Some("/nonexistent/leaderd.yaml".into()),
+        ..Default::default()
+    };
+    let err = load(&o, &no_env).unwrap_err();
+    assert_eq!(err.problems.len(), 1);
+    assert!(
+        err.problems[0].starts_with("config file /nonexistent/leaderd.yaml: cannot read it"),
+        "{err}"
+    );
+    let broken = temp_file("name: x\nelection:\n  lease_duration: [1s\n");
+    let o = Overrides {
+        config_path: Some(broken.path().into()),
+        ..Default::default()
+    };
+    let err = load(&o, &no_env).unwrap_err().to_string();
+    assert!(
+        err.contains(&broken.path().display().to_string()) && err.contains("line "),
+        "{err}"
+    );
+    assert!(!err.contains('\n'), "{err}");
+    let dup = temp_file("name: x\nname: y\n");
+    let o = Overrides {
+        config_path: Some(dup.path().into()),
+        ..Default::default()
+    };
+    assert!(load(&o, &no_env)
+        .unwrap_err()
+        .to_string()
+        .contains("duplicate"));
+}
+
+#[test]
+fn config_path_comes_from_flag_then_env() {
+    let a = temp_file("name: from-flag");
+    let b = temp_file("name: from-env");
+    let env = env_of(&[("LEADERD_CONFIG", &b.path().display().to_string())]);
+    let o = Overrides {
+        config_path: Some(a.path().into()),
+        ..Default::default()
+    };
+    assert_eq!(load(&o, &env).unwrap().name, "from-flag");
+    assert_eq!(load(&Overrides::default(), &env).unwrap().name, "from-env");
+}
+
+#[test]
+fn empty_file_reports_the_missing_name() {
+    let found = problems("");
+    assert_eq!(found.len(), 1);
+    assert!(found[0].starts_with("name: missing"));
+}

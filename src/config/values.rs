@@ -1,0 +1,312 @@
+//! Converters from the text of one value to its typed form. Each error quotes the value
+//! and says what is allowed; the caller prefixes the key or flag.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::duration::parse_duration;
+use super::{LogFormat, OnExit, OnLost, ReadyWhen, RedisMode};
+
+pub(super) const MODES: &[(&str, RedisMode)] = &[
+    ("single", RedisMode::Single),
+    ("sentinel", RedisMode::Sentinel),
+    ("redlock", RedisMode::Redlock),
+    ("cluster", RedisMode::Cluster),
+];
+pub(super) const ON_LOST: &[(&str, OnLost)] =
+    &[("contend", OnLost::Contend), ("exit", OnLost::Exit)];
+pub(super) const READY_WHEN: &[(&str, ReadyWhen)] =
+    &[("leader", ReadyWhen::Leader), ("always", ReadyWhen::Always)];
+pub(super) const ON_EXIT: &[(&str, OnExit)] =
+    &[("release", OnExit::Release), ("exit", OnExit::Exit)];
+pub(super) const LOG_FORMATS: &[(&str, LogFormat)] =
+    &[("text", LogFormat::Text), ("json", LogFormat::Json)];
+const LOG_LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
+
+/// A converter accepting one of the names in `table` (case-insensitive).
+pub(super) fn choice<T: Copy>(
+    table: &'static [(&'static str, T)],
+) -> impl Fn(&str) -> Result<T, String> {
+    move |s| {
+        let lower = s.trim().to_ascii_lowercase();
+        table
+            .iter()
+            .find(|(name, _)| *name == lower)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| {
+                let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
+                format!("{s:?} is not allowed (allowed: {})", names.join(", "))
+            })
+    }
+}
+
+/// The name of `value` in `table` (the inverse of [`choice`]).
+pub(super) fn name_of<T: PartialEq>(table: &[(&'static str, T)], value: T) -> &'static str {
+    table
+        .iter()
+        .find(|(_, v)| *v == value)
+        .map_or("?", |(n, _)| n)
+}
+
+/// The election name: 1-200 of `[A-Za-z0-9._-]` (it becomes part of Redis keys).
+pub(super) fn name(s: &str) -> Result<String, String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    if (1..=200).contains(&s.len()) && s.chars().all(ok_char) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a valid name (allowed: 1-200 characters of [A-Za-z0-9._-])"
+        ))
+    }
+}
+
+/// This replica's identity: any non-empty text without control characters.
+pub(super) fn identity(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err(
+            "\"\" is not allowed (an identity must not be empty and must differ between replicas)"
+                .into(),
+        )
+    } else if s.chars().any(char::is_control) {
+        Err(format!(
+            "{s:?} is not allowed (an identity must not contain control characters)"
+        ))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+/// A Redis address: `redis://[user[:password]@]host[:port][/db]`, `rediss://...` (TLS)
+/// or `unix:///path/to/socket`.
+pub(super) fn redis_url(s: &str) -> Result<String, String> {
+    let allowed =
+        "allowed: redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path";
+    let fail = |why: &str| Err(format!("{s:?} is not a Redis URL ({why}; {allowed})"));
+    if let Some(path) = s.strip_prefix("unix://") {
+        return if path.starts_with('/') {
+            Ok(s.to_string())
+        } else {
+            fail("needs an absolute socket path")
+        };
+    }
+    let Some(rest) = s
+        .strip_prefix("redis://")
+        .or_else(|| s.strip_prefix("rediss://"))
+    else {
+        return fail("unknown scheme");
+    };
+    match check_authority(rest) {
+        Ok(()) => Ok(s.to_string()),
+        Err(why) => fail(why),
+    }
+}
+
+/// An HTTP URL for the health check: `http://host[:port][/path]`.
+pub(super) fn http_url(s: &str) -> Result<String, String> {
+    let fail = |why: &str| {
+        Err(format!(
+            "{s:?} is not an HTTP URL ({why}; allowed: http://host[:port][/path])"
+        ))
+    };
+    let Some(rest) = s.strip_prefix("http://") else {
+        return fail("it must start with http://");
+    };
+    match check_authority(rest) {
+        Ok(()) => Ok(s.to_string()),
+        Err(why) => fail(why),
+    }
+}
+
+/// Checks the `[userinfo@]host[:port]` that follows `scheme://`.
+fn check_authority(rest: &str) -> Result<(), &'static str> {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = split_host_port(host_port)?;
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("missing or invalid host");
+    }
+    match port {
+        Some(p) if p.parse::<u16>().is_err() => Err("invalid port"),
+        _ => Ok(()),
+    }
+}
+
+/// Splits `host:port`, `[v6]:port`, `host` or `[v6]`.
+fn split_host_port(s: &str) -> Result<(&str, Option<&str>), &'static str> {
+    if let Some(v6) = s.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or("unclosed [ in host")?;
+        return match after {
+            "" => Ok((host, None)),
+            _ => after
+                .strip_prefix(':')
+                .map(|p| (host, Some(p)))
+                .ok_or("invalid text after ]"),
+        };
+    }
+    Ok(match s.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (s, None),
+    })
+}
+
+/// A duration that may be zero.
+pub(super) fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
+}
+
+/// A duration that must be greater than zero.
+pub(super) fn positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?} is not allowed (must be greater than 0)")),
+        d => Ok(d),
+    }
+}
+
+/// The jitter fraction: `0 <= jitter <= 1`.
+pub(super) fn jitter(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(j) if (0.0..=1.0).contains(&j) => Ok(j),
+        _ => Err(format!(
+            "{s:?} is not a number between 0 and 1 (rule: 0 <= jitter <= 1)"
+        )),
+    }
+}
+
+pub(super) fn boolean(s: &str) -> Result<bool, String> {
+    match s {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{s:?} is not a boolean (allowed: true, false)")),
+    }
+}
+
+/// A whole number >= `min`.
+pub(super) fn count(min: u32) -> impl Fn(&str) -> Result<u32, String> {
+    move |s| match s.trim().parse::<u32>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(format!(
+            "{s:?} is not allowed (allowed: a whole number >= {min})"
+        )),
+    }
+}
+
+/// A listen address; the empty string turns the HTTP server off.
+pub(super) fn http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse().map(Some).map_err(|_| {
+        format!("{s:?} is not a listen address (allowed: IP:PORT such as 0.0.0.0:9090, 127.0.0.1:0, [::]:9090, or \"\" for no HTTP server)")
+    })
+}
+
+/// A file path; the empty string turns the leader file off.
+pub(super) fn leader_file(s: &str) -> Result<Option<PathBuf>, String> {
+    if s.chars().any(char::is_control) {
+        return Err(format!(
+            "{s:?} is not a path (control characters are not allowed)"
+        ));
+    }
+    Ok((!s.is_empty()).then(|| PathBuf::from(s)))
+}
+
+/// A signal: `SIGTERM`, `TERM`, `term` or its number `15`.
+pub(super) fn signal(s: &str) -> Result<Signal, String> {
+    let upper = s.trim().to_ascii_uppercase();
+    let parsed = match upper.parse::<i32>() {
+        Ok(n) => Signal::try_from(n).ok(),
+        Err(_) if upper.starts_with("SIG") => Signal::from_str(&upper).ok(),
+        Err(_) => Signal::from_str(&format!("SIG{upper}")).ok(),
+    };
+    parsed.ok_or_else(|| format!("{s:?} is not a signal (allowed: a name such as SIGTERM, TERM, SIGINT, SIGQUIT, SIGHUP, or a number such as 15)"))
+}
+
+/// A log level, case-insensitive, stored lowercase.
+pub(super) fn log_level(s: &str) -> Result<String, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    if LOG_LEVELS.contains(&lower.as_str()) {
+        Ok(lower)
+    } else {
+        Err(format!(
+            "{s:?} is not a log level (allowed: {})",
+            LOG_LEVELS.join(", ")
+        ))
+    }
+}
+
+/// A path that must not be empty.
+pub(super) fn path(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        Err("\"\" is not a path (write the path of a file, or leave the key out)".into())
+    } else {
+        Ok(PathBuf::from(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_urls() {
+        for ok in [
+            "redis://127.0.0.1:6379/0",
+            "rediss://u:p@host:6380",
+            "redis://host",
+            "redis://[::1]:6379",
+            "unix:///run/redis.sock",
+        ] {
+            assert_eq!(redis_url(ok), Ok(ok.to_string()), "{ok}");
+        }
+        for bad in [
+            "http://h",
+            "redis://",
+            "redis://:6379",
+            "redis://h:port",
+            "unix://rel",
+            "redis://[::1",
+        ] {
+            let err = redis_url(bad).expect_err(bad);
+            assert!(err.contains("allowed: redis://"), "{err}");
+        }
+    }
+
+    #[test]
+    fn signals() {
+        for s in ["SIGTERM", "TERM", "term", "15", "sigterm"] {
+            assert_eq!(signal(s), Ok(Signal::SIGTERM), "{s}");
+        }
+        assert_eq!(signal("HUP"), Ok(Signal::SIGHUP));
+        assert!(signal("SIGNOPE").is_err());
+        assert!(signal("0").is_err());
+        assert!(signal("999").is_err());
+    }
+
+    #[test]
+    fn small_values() {
+        assert_eq!(http_addr(""), Ok(None));
+        assert!(http_addr("[::]:9090").unwrap().is_some());
+        assert!(http_addr("localhost:9090").is_err());
+        assert_eq!(log_level("WARN"), Ok("warn".into()));
+        assert!(log_level("warning").is_err());
+        assert!(jitter("nan").is_err());
+        assert!(jitter("-0.1").is_err());
+        assert_eq!(jitter("1"), Ok(1.0));
+        assert!(name(&"a".repeat(201)).is_err());
+        assert!(name("a b").is_err());
+        assert!(identity("a\tb").is_err());
+        assert!(count(1)("0").is_err());
+        assert!(count(0)("-1").is_err());
+        assert_eq!(choice(MODES)("cluster"), Ok(RedisMode::Cluster));
+        assert_eq!(name_of(MODES, RedisMode::Sentinel), "sentinel");
+        assert_eq!(choice(MODES)("Single"), Ok(RedisMode::Single));
+        assert!(choice(MODES)("solo")
+            .unwrap_err()
+            .contains("single, sentinel, redlock, cluster"));
+    }
+}

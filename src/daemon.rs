@@ -1,0 +1,223 @@
+//! `leaderd run`: wires the lease, the elector, the HTTP server, the leader file and the
+//! metrics together around one state channel, and runs them until shutdown.
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, OnExit, OnLost, RedisMode};
+use crate::election::{self, AfterLoss, AfterWorkExit, Inputs, NoWork, Policy, Reporter, Timing};
+use crate::lease::{LeaseClient, LeaseSpec};
+use crate::metrics::Metrics;
+use crate::state::{Progress, Snapshot};
+
+/// Why the daemon could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The configuration asks for something this build cannot do (exit 2).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The Redis settings cannot make a client (exit 2).
+    #[error("{0}")]
+    BadRedis(String),
+    /// The HTTP address cannot be bound (exit 1).
+    #[error("publish.http_addr {addr}: cannot listen: {cause}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        cause: std::io::Error,
+    },
+}
+
+/// Features the configuration may name that this build does not provide yet; each entry is
+/// one line naming the key.
+pub fn unsupported(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mode = match config.redis.mode {
+        RedisMode::Single => None,
+        RedisMode::Sentinel => Some("sentinel"),
+        RedisMode::Redlock => Some("redlock"),
+        RedisMode::Cluster => Some("cluster"),
+    };
+    if let Some(mode) = mode {
+        problems.push(format!(
+            "redis.mode: {mode} is not supported yet (allowed now: single)"
+        ));
+    }
+    if config.redis.min_replicas_ack > 0 {
+        problems.push(format!(
+            "redis.min_replicas_ack: {} is not supported yet (allowed now: 0)",
+            config.redis.min_replicas_ack
+        ));
+    }
+    if config.election.health_check.is_some() {
+        problems.push("election.health_check: is not supported yet (remove it)".into());
+    }
+    if !config.exec.command.is_empty() {
+        problems.push(
+            "exec.command: exec mode is not supported yet (remove exec.command or `-- COMMAND`)"
+                .into(),
+        );
+    }
+    problems
+}
+
+/// Binds the HTTP address of the configuration, if any.
+///
+/// # Errors
+/// [`DaemonError::Listen`] when the address is taken or not ours.
+pub async fn bind_http(config: &Config) -> Result<Option<TcpListener>, DaemonError> {
+    let Some(addr) = config.publish.http_addr else {
+        return Ok(None);
+    };
+    TcpListener::bind(addr)
+        .await
+        .map(Some)
+        .map_err(|cause| DaemonError::Listen {
+            addr: addr.to_string(),
+            cause,
+        })
+}
+
+/// The Redis client of the configuration (single mode), with its credentials.
+///
+/// # Errors
+/// [`DaemonError::BadRedis`] when the URL does not parse.
+pub fn redis_client(config: &Config) -> Result<redis::Client, DaemonError> {
+    use redis::IntoConnectionInfo;
+    let url = config
+        .redis
+        .url
+        .as_deref()
+        .unwrap_or("redis://127.0.0.1:6379/0");
+    let bad = || {
+        DaemonError::BadRedis(
+            "redis.url: not a valid Redis URL (redis://host:port/db, rediss://..., unix:///path)"
+                .into(),
+        )
+    };
+    let info = url.into_connection_info().map_err(|_| bad())?;
+    let mut settings = info.redis_settings().clone();
+    if let Some(user) = &config.redis.username {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = &config.redis.password {
+        settings = settings.set_password(password.expose());
+    }
+    redis::Client::open(info.set_redis_settings(settings)).map_err(|_| bad())
+}
+
+/// The lease client of the configuration.
+///
+/// # Errors
+/// As [`redis_client`].
+pub fn lease_client(config: &Config) -> Result<LeaseClient, DaemonError> {
+    let spec = LeaseSpec {
+        name: config.name.clone(),
+        key_prefix: config.redis.key_prefix.clone(),
+        holder: config.identity.clone(),
+        lease_duration: config.election.lease_duration,
+        command_timeout: config.redis.command_timeout,
+        connect_timeout: config.redis.connect_timeout,
+    };
+    Ok(LeaseClient::with_client(redis_client(config)?, spec))
+}
+
+fn policy(config: &Config) -> Policy {
+    let e = &config.election;
+    Policy {
+        timing: Timing {
+            lease_duration: e.lease_duration,
+            renew_deadline: e.renew_deadline,
+            retry_period: e.retry_period,
+            jitter: e.jitter,
+            command_timeout: config.redis.command_timeout,
+        },
+        on_lost: match e.on_lost {
+            OnLost::Contend => AfterLoss::Contend,
+            OnLost::Exit => AfterLoss::Exit,
+        },
+        on_work_exit: match config.exec.on_exit {
+            OnExit::Release => AfterWorkExit::Release,
+            OnExit::Exit => AfterWorkExit::Exit,
+        },
+        release_on_shutdown: e.release_on_shutdown,
+    }
+}
+
+/// Runs the daemon until `shutdown` is cancelled (exit code 0) or the election ends by
+/// itself (its exit code). `listener` serves HTTP when given; `yields` carries SIGUSR1.
+///
+/// # Errors
+/// [`DaemonError`] when it cannot start.
+pub async fn run(
+    config: Config,
+    listener: Option<TcpListener>,
+    shutdown: CancellationToken,
+    yields: mpsc::Receiver<()>,
+) -> Result<i32, DaemonError> {
+    if let Some(first) = unsupported(&config).into_iter().next() {
+        return Err(DaemonError::Unsupported(first));
+    }
+    let lease = Arc::new(lease_client(&config)?);
+    let metrics = Arc::new(Metrics::new(&config.name, env!("CARGO_PKG_VERSION")));
+    let progress = Progress::new();
+    let (state_tx, state_rx) = watch::channel(Snapshot::starting(true));
+    let state_tx = Arc::new(state_tx);
+    let stop_outputs = CancellationToken::new();
+
+    let http = listener.map(|listener| {
+        let ctx = crate::http::HttpContext {
+            name: config.name.clone(),
+            identity: config.identity.clone(),
+            ready_when: config.publish.ready_when,
+            renew_deadline: config.election.renew_deadline,
+            state: state_rx.clone(),
+            progress: progress.clone(),
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(crate::http::serve(listener, ctx, stop_outputs.clone()))
+    });
+    let file = config.publish.leader_file.clone().map(|path| {
+        tokio::spawn(crate::publish::run_leader_file(
+            path,
+            config.name.clone(),
+            config.identity.clone(),
+            state_rx.clone(),
+        ))
+    });
+    drop(state_rx);
+
+    tracing::info!(
+        event = "started",
+        name = %config.name,
+        identity = %config.identity,
+        key = %lease.keys().lock,
+        "leaderd {} starting",
+        env!("CARGO_PKG_VERSION")
+    );
+    let (_healthy_tx, healthy) = watch::channel(true);
+    let inputs = Inputs {
+        shutdown: shutdown.clone(),
+        yields,
+        healthy,
+        releases: lease.watch_releases(),
+    };
+    let reporter = Reporter::new(&config.identity, state_tx, metrics, progress);
+    let code = election::run(lease, policy(&config), NoWork, inputs, reporter).await;
+
+    // The elector sent `stopped` and dropped its sender: the file writer ends after
+    // writing it. HTTP answers until then.
+    if let Some(file) = file {
+        let _ = file.await;
+    }
+    stop_outputs.cancel();
+    if let Some(http) = http {
+        let _ = http.await;
+    }
+    tracing::info!(event = "exited", code, "leaderd stopped");
+    Ok(code)
+}

@@ -1,0 +1,381 @@
+//! The election state machine: contend as a follower, renew as a leader, step down in time,
+//! and publish every change on the state channel.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::lease::{
+    backoff, jittered, unix_ms, wait_for_holder, Acquire, Holder, LeaseError, Term,
+};
+use crate::state::{Phase, Snapshot, TermView};
+
+mod report;
+pub use report::Reporter;
+
+/// What the elector needs of a lease; implemented by [`crate::lease::LeaseClient`] and by
+/// test doubles running on paused time.
+pub trait LeaseBackend: Send + Sync + 'static {
+    /// One acquire attempt within `timeout`.
+    fn try_acquire(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Acquire, LeaseError>> + Send;
+    /// Compare-and-extend within `timeout`; moves `term.valid_until` on success.
+    fn renew(
+        &self,
+        term: &mut Term,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send;
+    /// Compare-and-delete within `timeout`, publishing the release.
+    fn release(
+        &self,
+        term: &Term,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+    /// Who holds the lease, without contending.
+    fn observe(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Option<Holder>, LeaseError>> + Send;
+}
+
+impl LeaseBackend for crate::lease::LeaseClient {
+    async fn try_acquire(&self, timeout: Duration) -> Result<Acquire, LeaseError> {
+        self.try_acquire_within(Some(timeout)).await
+    }
+    async fn renew(&self, term: &mut Term, timeout: Duration) -> Result<(), LeaseError> {
+        crate::lease::LeaseClient::renew(self, term, Some(timeout)).await
+    }
+    async fn release(&self, term: &Term, timeout: Duration) -> Result<bool, LeaseError> {
+        self.release_within(term, Some(timeout)).await
+    }
+    async fn observe(&self, _timeout: Duration) -> Result<Option<Holder>, LeaseError> {
+        crate::lease::LeaseClient::observe(self).await
+    }
+}
+
+/// The work done only while leading (exec mode); [`NoWork`] when there is none.
+pub trait LeaderWork: Send {
+    /// A term has begun.
+    fn start(&mut self, term: &TermView) -> impl Future<Output = ()> + Send;
+    /// The term's validity moved forward.
+    fn extend(&mut self, term: &TermView) -> impl Future<Output = ()> + Send;
+    /// The term is over: stop the work and wait until it has stopped.
+    fn stop(&mut self) -> impl Future<Output = ()> + Send;
+    /// Resolves with the exit code when the work ends by itself while leading.
+    fn exited(&mut self) -> impl Future<Output = i32> + Send;
+}
+
+/// No work: leadership is only published.
+pub struct NoWork;
+
+impl LeaderWork for NoWork {
+    async fn start(&mut self, _: &TermView) {}
+    async fn extend(&mut self, _: &TermView) {}
+    async fn stop(&mut self) {}
+    async fn exited(&mut self) -> i32 {
+        std::future::pending().await
+    }
+}
+
+/// The timing of an election (see the contract's "Timing and safety").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// Lease TTL in Redis.
+    pub lease_duration: Duration,
+    /// A leader without a successful renew for this long (from its send) steps down.
+    pub renew_deadline: Duration,
+    /// Renew interval of the leader, poll interval of followers.
+    pub retry_period: Duration,
+    /// Followers wait `retry_period * (1 + U(0, jitter))`.
+    pub jitter: f64,
+    /// Timeout of one Redis command.
+    pub command_timeout: Duration,
+}
+
+/// What to do after a term is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterLoss {
+    /// Campaign again after `retry_period`.
+    Contend,
+    /// Stop the elector with exit code 1.
+    Exit,
+}
+
+/// What to do when the work exits by itself while leading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterWorkExit {
+    /// Release, then contend again after `retry_period`.
+    Release,
+    /// Release, then stop with the work's exit code.
+    Exit,
+}
+
+/// How the elector behaves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// The timings.
+    pub timing: Timing,
+    /// After losing a term.
+    pub on_lost: AfterLoss,
+    /// After the work exits by itself.
+    pub on_work_exit: AfterWorkExit,
+    /// Release the lease on shutdown (otherwise let it expire).
+    pub release_on_shutdown: bool,
+}
+
+/// Why a term ended; the `reason` of `stepped_down` and of the step-down metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepDown {
+    /// Redis said the lease is no longer ours.
+    Lost,
+    /// No renew succeeded within the renew deadline.
+    Deadline,
+    /// The daemon is shutting down.
+    Shutdown,
+    /// Asked to yield (SIGUSR1, or the health check failed).
+    Yield,
+    /// The work exited by itself, with this code.
+    WorkExit(i32),
+}
+
+impl StepDown {
+    /// The label used in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepDown::Lost => "lost",
+            StepDown::Deadline => "deadline",
+            StepDown::Shutdown => "shutdown",
+            StepDown::Yield => "yield",
+            StepDown::WorkExit(_) => "child_exit",
+        }
+    }
+}
+
+/// Inputs of the elector besides the lease.
+pub struct Inputs {
+    /// Cancelled on SIGTERM/SIGINT.
+    pub shutdown: CancellationToken,
+    /// One message per SIGUSR1.
+    pub yields: mpsc::Receiver<()>,
+    /// Whether the local service is healthy; a leader yields when it turns false.
+    pub healthy: watch::Receiver<bool>,
+    /// Changes whenever a release is published.
+    pub releases: crate::lease::ReleaseWatch,
+}
+
+/// Runs the election until shutdown (returns 0), a loss with `on_lost: exit` (returns 1),
+/// or the work's exit with `on_exit: exit` (returns its code). The last state sent is
+/// `Stopped`.
+pub async fn run<B: LeaseBackend, W: LeaderWork>(
+    lease: Arc<B>,
+    policy: Policy,
+    mut work: W,
+    mut inputs: Inputs,
+    reporter: Reporter,
+) -> i32 {
+    let mut sit_out_until: Option<Instant> = None;
+    let code = loop {
+        let term = match follow(&*lease, &policy, &mut inputs, &reporter, sit_out_until).await {
+            Some(term) => term,
+            None => break 0,
+        };
+        let (reason, term) = lead(&*lease, &policy, &mut work, &mut inputs, &reporter, term).await;
+        step_down(&*lease, &policy, &mut work, &reporter, &term, reason).await;
+        let sit_out = match reason {
+            StepDown::Shutdown => break 0,
+            StepDown::Yield => policy.timing.lease_duration,
+            StepDown::Lost | StepDown::Deadline if policy.on_lost == AfterLoss::Exit => break 1,
+            StepDown::WorkExit(code) if policy.on_work_exit == AfterWorkExit::Exit => break code,
+            _ => policy.timing.retry_period,
+        };
+        sit_out_until = Some(Instant::now() + sit_out);
+    };
+    reporter.stopped();
+    code
+}
+
+/// Contends until a term is won (`Some`) or shutdown (`None`). Before `sit_out_until` and
+/// while unhealthy it only observes.
+async fn follow<B: LeaseBackend>(
+    lease: &B,
+    policy: &Policy,
+    inputs: &mut Inputs,
+    reporter: &Reporter,
+    sit_out_until: Option<Instant>,
+) -> Option<Term> {
+    let t = policy.timing;
+    let mut failures = 0u32;
+    loop {
+        if inputs.shutdown.is_cancelled() {
+            return None;
+        }
+        let sitting_out = sit_out_until.is_some_and(|until| Instant::now() < until);
+        let contend = !sitting_out && *inputs.healthy.borrow();
+        let outcome = if contend {
+            lease.try_acquire(t.command_timeout).await
+        } else {
+            lease.observe(t.command_timeout).await.map(|h| match h {
+                Some(holder) => Acquire::Held(holder),
+                None => Acquire::Held(Holder {
+                    holder: None,
+                    fence: 0,
+                    remaining: None,
+                }),
+            })
+        };
+        reporter.attempted();
+        let mut wait = match outcome {
+            Ok(Acquire::Acquired(term)) => {
+                reporter.acquire_result("acquired");
+                return Some(term);
+            }
+            Ok(Acquire::Held(holder)) => {
+                failures = 0;
+                if contend {
+                    reporter.acquire_result("held");
+                }
+                reporter.observed(&holder);
+                wait_for_holder(&holder, jittered(t.retry_period, t.jitter))
+            }
+            Err(err) => {
+                failures += 1;
+                if contend {
+                    reporter.acquire_result("error");
+                }
+                reporter.redis_failed(&err);
+                backoff(t.retry_period, failures)
+            }
+        };
+        if let Some(until) = sit_out_until.filter(|_| sitting_out) {
+            wait = wait.min(until.saturating_duration_since(Instant::now()));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = inputs.releases.changed(), if contend => {}
+            _ = health_change(&mut inputs.healthy) => {}
+            _ = inputs.yields.recv() => {} // nothing to yield while following
+            _ = inputs.shutdown.cancelled() => return None,
+        }
+    }
+}
+
+/// Holds the term, renewing every `retry_period`, until it must step down; returns why, with
+/// the term as last renewed.
+async fn lead<B: LeaseBackend, W: LeaderWork>(
+    lease: &B,
+    policy: &Policy,
+    work: &mut W,
+    inputs: &mut Inputs,
+    reporter: &Reporter,
+    mut term: Term,
+) -> (StepDown, Term) {
+    let t = policy.timing;
+    reporter.acquired(&term);
+    work.start(&view(&term)).await;
+    let mut next_renew = term.last_sent + t.retry_period;
+    loop {
+        let deadline = term.last_sent + t.renew_deadline;
+        if Instant::now() >= deadline {
+            return (StepDown::Deadline, term);
+        }
+        tokio::select! {
+            biased;
+            _ = inputs.shutdown.cancelled() => return (StepDown::Shutdown, term),
+            _ = tokio::time::sleep_until(next_renew.min(deadline)) => {}
+            _ = inputs.yields.recv() => return (StepDown::Yield, term),
+            _ = unhealthy(&mut inputs.healthy) => return (StepDown::Yield, term),
+            code = work.exited() => return (StepDown::WorkExit(code), term),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return (StepDown::Deadline, term);
+        }
+        let budget = t.command_timeout.min(deadline - now);
+        let outcome = lease.renew(&mut term, budget).await;
+        reporter.renew_result(&outcome, now.elapsed());
+        match outcome {
+            Ok(()) => {
+                next_renew = term.last_sent + t.retry_period;
+                if term.is_valid() {
+                    reporter.renewed(&term);
+                    work.extend(&view(&term)).await;
+                }
+            }
+            Err(LeaseError::Lost) => return (StepDown::Lost, term),
+            Err(_) => {
+                next_renew = Instant::now() + (t.retry_period / 4).max(Duration::from_millis(10))
+            }
+        }
+    }
+}
+
+/// Stops claiming, stops the work, then releases: in that order, so that nothing guarded by
+/// the lease outlives the claim, and the release is never sent before `stepped_down` is logged.
+async fn step_down<B: LeaseBackend, W: LeaderWork>(
+    lease: &B,
+    policy: &Policy,
+    work: &mut W,
+    reporter: &Reporter,
+    term: &Term,
+    reason: StepDown,
+) {
+    reporter.stepped_down(term, reason);
+    work.stop().await;
+    let release = match reason {
+        StepDown::Lost => false,
+        StepDown::Shutdown => policy.release_on_shutdown,
+        _ => true,
+    };
+    if release {
+        match lease.release(term, policy.timing.command_timeout).await {
+            Ok(_) => reporter.released(term),
+            Err(err) => reporter.redis_failed(&err),
+        }
+    }
+}
+
+async fn unhealthy(healthy: &mut watch::Receiver<bool>) {
+    while *healthy.borrow_and_update() {
+        health_change(healthy).await;
+    }
+}
+
+/// The next change of health; never, once nobody checks health any more.
+async fn health_change(healthy: &mut watch::Receiver<bool>) {
+    if healthy.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The published view of a term.
+pub fn view(term: &Term) -> TermView {
+    TermView {
+        fence: term.fence,
+        acquired_at: term.acquired_at,
+        valid_until: term.valid_until,
+        valid_until_wall: term.valid_until_wall,
+    }
+}
+
+/// Milliseconds since the epoch of now.
+fn now_ms() -> u64 {
+    unix_ms(SystemTime::now())
+}
+
+/// Keeps the snapshot fields a phase change carries consistent.
+fn with_phase(snapshot: &mut Snapshot, phase: Phase) {
+    snapshot.phase = phase;
+    snapshot.observed_at = SystemTime::now();
+    if phase != Phase::Leader {
+        snapshot.term = None;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+//! How the elector tells the world: the state channel, the metrics, the progress marker for
+//! `/healthz`, and the log lines with their `event` fields.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{now_ms, view, with_phase, StepDown};
+use crate::lease::{unix_ms, Holder, LeaseError, Term};
+use crate::metrics::Metrics;
+use crate::state::{Phase, Progress, Snapshot};
+
+/// A repeated Redis error is logged at most this often.
+const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+struct ErrorLog {
+    last: Option<String>,
+    logged_at: Option<Instant>,
+    suppressed: u64,
+    failing: u64,
+}
+
+/// Publishes what the elector does. Cheap to clone.
+#[derive(Clone)]
+pub struct Reporter {
+    state: Arc<watch::Sender<Snapshot>>,
+    metrics: Arc<Metrics>,
+    progress: Progress,
+    identity: String,
+    first_seen: Arc<Mutex<Option<Option<String>>>>,
+    errors: Arc<Mutex<ErrorLog>>,
+}
+
+impl Reporter {
+    /// A reporter for the replica `identity`.
+    pub fn new(
+        identity: &str,
+        state: Arc<watch::Sender<Snapshot>>,
+        metrics: Arc<Metrics>,
+        progress: Progress,
+    ) -> Self {
+        Reporter {
+            state,
+            metrics,
+            progress,
+            identity: identity.to_owned(),
+            first_seen: Arc::default(),
+            errors: Arc::default(),
+        }
+    }
+
+    /// An attempt (acquire, observe) has finished, successfully or not.
+    pub fn attempted(&self) {
+        self.progress.touch();
+    }
+
+    /// Counts an acquire attempt.
+    pub fn acquire_result(&self, result: &str) {
+        self.metrics.acquire_attempt(result);
+    }
+
+    /// A follower saw who holds the lease (a quarantined lease has no leader).
+    pub fn observed(&self, holder: &Holder) {
+        self.recovered();
+        let leader = holder.holder.clone();
+        let fence = leader.as_ref().map(|_| holder.fence);
+        let changed = {
+            let mut seen = self.first_seen.lock().expect("reporter lock");
+            let changed = seen.as_ref() != Some(&leader);
+            *seen = Some(leader.clone());
+            changed
+        };
+        if changed {
+            tracing::info!(
+                event = "leader_changed",
+                leader = leader.as_deref(),
+                fence,
+                quarantined = holder.is_quarantined() && holder.remaining.is_some(),
+                "leader is {}",
+                leader.as_deref().unwrap_or("nobody")
+            );
+        }
+        self.state.send_if_modified(|s| {
+            let before = s.clone();
+            if s.phase != Phase::Follower {
+                with_phase(s, Phase::Follower);
+            }
+            s.leader = leader;
+            s.fence = fence;
+            if *s != before {
+                s.observed_at = SystemTime::now();
+                return true;
+            }
+            false
+        });
+    }
+
+    /// A Redis call failed: count it, log it (rate-limited), and leave `starting`.
+    pub fn redis_failed(&self, err: &LeaseError) {
+        if let Some(kind) = err.redis_kind() {
+            self.metrics.redis_error(kind);
+        }
+        self.log_error(err);
+        self.state.send_if_modified(|s| {
+            if s.phase == Phase::Starting {
+                with_phase(s, Phase::Follower);
+                return true;
+            }
+            false
+        });
+    }
+
+    fn log_error(&self, err: &LeaseError) {
+        let text = err.to_string();
+        let mut log = self.errors.lock().expect("reporter lock");
+        log.failing += 1;
+        let repeated = log.last.as_deref() == Some(text.as_str());
+        let recent = log.logged_at.is_some_and(|t| t.elapsed() < ERROR_LOG_EVERY);
+        if repeated && recent {
+            log.suppressed += 1;
+            return;
+        }
+        tracing::warn!(event = "redis_error", error = %text, repeated = log.suppressed, "Redis call failed: {text}");
+        log.last = Some(text);
+        log.logged_at = Some(Instant::now());
+        log.suppressed = 0;
+    }
+
+    fn recovered(&self) {
+        let mut log = self.errors.lock().expect("reporter lock");
+        if log.failing > 0 {
+            tracing::info!(
+                event = "redis_recovered",
+                failures = log.failing,
+                "Redis answers again"
+            );
+            *log = ErrorLog::default();
+        }
+    }
+
+    /// A term has begun: publish it and log `acquired`.
+    pub fn acquired(&self, term: &Term) {
+        self.recovered();
+        self.metrics.transition();
+        *self.first_seen.lock().expect("reporter lock") = Some(Some(self.identity.clone()));
+        self.state.send_modify(|s| {
+            with_phase(s, Phase::Leader);
+            s.leader = Some(self.identity.clone());
+            s.fence = Some(term.fence);
+            s.term = Some(view(term));
+        });
+        tracing::info!(
+            event = "acquired",
+            fence = term.fence,
+            acquired_at_ms = unix_ms(term.acquired_at),
+            lease_valid_until_ms = unix_ms(term.valid_until_wall),
+            "acquired leadership (fence {})",
+            term.fence
+        );
+    }
+
+    /// Counts a renew and its round trip.
+    pub fn renew_result(&self, outcome: &Result<(), LeaseError>, took: Duration) {
+        let result = match outcome {
+            Ok(()) => "ok",
+            Err(LeaseError::Lost) => "lost",
+            Err(err) => {
+                self.redis_failed(err);
+                "error"
+            }
+        };
+        self.metrics.renewal(result, took);
+    }
+
+    /// The term's validity moved forward: publish it (the file is rewritten) and log
+    /// `renewed` at DEBUG.
+    pub fn renewed(&self, term: &Term) {
+        self.recovered();
+        self.state.send_modify(|s| {
+            s.term = Some(view(term));
+            s.observed_at = SystemTime::now();
+        });
+        tracing::debug!(
+            event = "renewed",
+            fence = term.fence,
+            lease_valid_until_ms = unix_ms(term.valid_until_wall),
+            "renewed"
+        );
+    }
+
+    /// Stop claiming: publish `stepping_down` (not leader), then log `stepped_down`.
+    pub fn stepped_down(&self, term: &Term, reason: StepDown) {
+        self.state.send_modify(|s| {
+            with_phase(s, Phase::SteppingDown);
+            s.leader = None;
+            s.fence = None;
+        });
+        *self.first_seen.lock().expect("reporter lock") = None;
+        self.metrics.step_down(reason.as_str());
+        tracing::info!(
+            event = "stepped_down",
+            fence = term.fence,
+            reason = reason.as_str(),
+            lease_valid_until_ms = unix_ms(term.valid_until_wall),
+            ended_at_ms = now_ms(),
+            "stepped down ({})",
+            reason.as_str()
+        );
+    }
+
+    /// The lease was released (or was no longer ours).
+    pub fn released(&self, term: &Term) {
+        tracing::info!(event = "released", fence = term.fence, "released the lease");
+    }
+
+    /// The elector has finished.
+    pub fn stopped(&self) {
+        self.state.send_modify(|s| {
+            with_phase(s, Phase::Stopped);
+            s.leader = None;
+            s.fence = None;
+        });
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Snapshot {
+        self.state.borrow().clone()
+    }
+
+    /// Records whether the local service is healthy.
+    pub fn set_healthy(&self, healthy: bool) {
+        self.state.send_if_modified(|s| {
+            let changed = s.healthy != healthy;
+            s.healthy = healthy;
+            changed
+        });
+    }
+}

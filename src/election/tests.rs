@@ -1,0 +1,256 @@
+//! The state machine on paused time, against an in-memory lease that follows the same rules
+//! as the Redis scripts.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::*;
+use crate::lease::{drift, ReleaseWatch};
+use crate::metrics::Metrics;
+use crate::state::Progress;
+
+const LEASE: Duration = Duration::from_millis(2000);
+
+#[derive(Default)]
+struct FakeLease {
+    held: Mutex<Option<(String, u64, Instant)>>, // token, fence, expiry
+    fence: AtomicU64,
+    down: AtomicBool,
+    releases: AtomicU64,
+}
+
+impl FakeLease {
+    fn hold_by_other(&self, for_: Duration) {
+        *self.held.lock().unwrap() = Some(("other".into(), 100, Instant::now() + for_));
+        self.fence.store(100, Ordering::SeqCst);
+    }
+    fn live(&self) -> Option<(String, u64, Instant)> {
+        let mut held = self.held.lock().unwrap();
+        if held.as_ref().is_some_and(|h| Instant::now() >= h.2) {
+            *held = None;
+        }
+        held.clone()
+    }
+    fn check(&self) -> Result<(), LeaseError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(LeaseError::Unavailable(crate::conn::RedisFailure {
+                kind: crate::conn::FailureKind::Connection,
+                cause: "down".into(),
+                code: None,
+            }));
+        }
+        Ok(())
+    }
+}
+
+impl LeaseBackend for FakeLease {
+    async fn try_acquire(&self, _: Duration) -> Result<Acquire, LeaseError> {
+        self.check()?;
+        let sent = Instant::now();
+        if let Some((token, fence, exp)) = self.live() {
+            return Ok(Acquire::Held(Holder {
+                holder: Some(token),
+                fence,
+                remaining: Some(exp - sent),
+            }));
+        }
+        let fence = self.fence.fetch_add(1, Ordering::SeqCst) + 1;
+        let token = crate::lease::new_token();
+        *self.held.lock().unwrap() = Some((token.clone(), fence, sent + LEASE));
+        let validity = LEASE - drift(LEASE);
+        Ok(Acquire::Acquired(Term {
+            token,
+            fence,
+            acquired_at: SystemTime::now(),
+            last_sent: sent,
+            valid_until: sent + validity,
+            valid_until_wall: SystemTime::now() + validity,
+        }))
+    }
+    async fn renew(&self, term: &mut Term, _: Duration) -> Result<(), LeaseError> {
+        self.check()?;
+        let sent = Instant::now();
+        match self.live() {
+            Some((token, fence, _)) if token == term.token => {
+                *self.held.lock().unwrap() = Some((token, fence, sent + LEASE));
+                term.last_sent = sent;
+                term.valid_until = sent + LEASE - drift(LEASE);
+                Ok(())
+            }
+            _ => Err(LeaseError::Lost),
+        }
+    }
+    async fn release(&self, term: &Term, _: Duration) -> Result<bool, LeaseError> {
+        self.check()?;
+        let mine = self.live().is_some_and(|h| h.0 == term.token);
+        if mine {
+            *self.held.lock().unwrap() = None;
+            self.releases.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(mine)
+    }
+    async fn observe(&self, _: Duration) -> Result<Option<Holder>, LeaseError> {
+        self.check()?;
+        Ok(self.live().map(|(holder, fence, exp)| Holder {
+            holder: Some(holder),
+            fence,
+            remaining: Some(exp.saturating_duration_since(Instant::now())),
+        }))
+    }
+}
+
+struct Harness {
+    lease: Arc<FakeLease>,
+    state: watch::Receiver<Snapshot>,
+    shutdown: CancellationToken,
+    yields: mpsc::Sender<()>,
+    task: tokio::task::JoinHandle<i32>,
+}
+
+fn policy(on_lost: AfterLoss) -> Policy {
+    Policy {
+        timing: Timing {
+            lease_duration: LEASE,
+            renew_deadline: Duration::from_millis(1400),
+            retry_period: Duration::from_millis(300),
+            jitter: 0.2,
+            command_timeout: Duration::from_millis(200),
+        },
+        on_lost,
+        on_work_exit: AfterWorkExit::Release,
+        release_on_shutdown: true,
+    }
+}
+
+fn start(lease: Arc<FakeLease>, on_lost: AfterLoss) -> Harness {
+    let (tx, state) = watch::channel(Snapshot::starting(true));
+    let reporter = Reporter::new(
+        "me",
+        Arc::new(tx),
+        Arc::new(Metrics::new("t", "0")),
+        Progress::new(),
+    );
+    let shutdown = CancellationToken::new();
+    let (ytx, yrx) = mpsc::channel(4);
+    let (_htx, healthy) = watch::channel(true);
+    let (_rtx, rrx) = watch::channel(0u64);
+    let inputs = Inputs {
+        shutdown: shutdown.clone(),
+        yields: yrx,
+        healthy,
+        releases: ReleaseWatch::from_receiver(rrx),
+    };
+    let task = tokio::spawn(run(
+        lease.clone(),
+        policy(on_lost),
+        NoWork,
+        inputs,
+        reporter,
+    ));
+    Harness {
+        lease,
+        state,
+        shutdown,
+        yields: ytx,
+        task,
+    }
+}
+
+async fn wait_phase(state: &mut watch::Receiver<Snapshot>, phase: Phase) -> Snapshot {
+    let snap = state.wait_for(|s| s.phase == phase);
+    tokio::time::timeout(Duration::from_secs(60), snap)
+        .await
+        .expect("phase reached")
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn leads_renews_and_releases_on_shutdown() {
+    let mut h = start(Arc::new(FakeLease::default()), AfterLoss::Contend);
+    let snap = wait_phase(&mut h.state, Phase::Leader).await;
+    let first_validity = snap.term.unwrap().valid_until;
+    tokio::time::sleep(LEASE * 3).await;
+    let later = h.state.borrow().clone();
+    assert_eq!(later.phase, Phase::Leader, "renewals keep the term");
+    assert!(later.term.unwrap().valid_until > first_validity + LEASE);
+    h.shutdown.cancel();
+    assert_eq!(h.task.await.unwrap(), 0);
+    assert_eq!(h.state.borrow().phase, Phase::Stopped);
+    assert_eq!(h.lease.releases.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn steps_down_at_the_renew_deadline_before_validity_ends() {
+    let mut h = start(Arc::new(FakeLease::default()), AfterLoss::Exit);
+    let snap = wait_phase(&mut h.state, Phase::Leader).await;
+    let term = snap.term.unwrap();
+    h.lease.down.store(true, Ordering::SeqCst);
+    let ended = h
+        .state
+        .wait_for(|s| s.phase != Phase::Leader)
+        .await
+        .unwrap()
+        .clone();
+    let stepped_at = Instant::now();
+    assert!(
+        stepped_at < term.valid_until,
+        "stepped down before the validity ended"
+    );
+    assert!(
+        stepped_at >= term.valid_until - LEASE,
+        "not before the deadline"
+    );
+    assert!(!ended.is_leader_at(stepped_at));
+    assert_eq!(h.task.await.unwrap(), 1, "on_lost: exit ends with 1");
+    assert_eq!(h.state.borrow().phase, Phase::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_steps_down_at_once_and_contends_again() {
+    let mut h = start(Arc::new(FakeLease::default()), AfterLoss::Contend);
+    let first = wait_phase(&mut h.state, Phase::Leader).await.fence.unwrap();
+    h.lease.hold_by_other(Duration::from_millis(700));
+    let follower = wait_phase(&mut h.state, Phase::Follower).await;
+    assert_eq!(follower.leader.as_deref(), Some("other"));
+    let again = wait_phase(&mut h.state, Phase::Leader).await;
+    assert!(again.fence.unwrap() > first, "fences increase term by term");
+    h.shutdown.cancel();
+    assert_eq!(h.task.await.unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_contends_when_the_holder_expires_not_a_retry_later() {
+    let lease = Arc::new(FakeLease::default());
+    lease.hold_by_other(Duration::from_millis(450));
+    let started = Instant::now();
+    let mut h = start(lease, AfterLoss::Contend);
+    wait_phase(&mut h.state, Phase::Leader).await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_millis(460),
+        "took {took:?}"
+    );
+    h.shutdown.cancel();
+    h.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn yielding_sits_out_one_lease() {
+    let mut h = start(Arc::new(FakeLease::default()), AfterLoss::Contend);
+    wait_phase(&mut h.state, Phase::Leader).await;
+    h.yields.send(()).await.unwrap();
+    h.state
+        .wait_for(|s| s.phase != Phase::Leader)
+        .await
+        .unwrap();
+    let yielded = Instant::now();
+    wait_phase(&mut h.state, Phase::Leader).await;
+    assert!(
+        yielded.elapsed() >= LEASE,
+        "sat out {:?}",
+        yielded.elapsed()
+    );
+    h.shutdown.cancel();
+    h.task.await.unwrap();
+}

@@ -1,0 +1,155 @@
+//! The HTTP server of the contract: probes, the status document, its event stream and the
+//! metrics, every answer computed from the state when it is asked.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures::{Stream, StreamExt};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use crate::config::ReadyWhen;
+use crate::metrics::Metrics;
+use crate::publish::next_update;
+use crate::state::{Phase, Progress, Snapshot, StatusDoc};
+
+/// The content type of the Prometheus text format.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Everything the handlers read: the election's identity, the state channel, the progress of
+/// the election loop and the metrics.
+#[derive(Clone)]
+pub struct HttpContext {
+    /// The election name.
+    pub name: String,
+    /// This replica's identity.
+    pub identity: String,
+    /// When `/readyz` answers 200.
+    pub ready_when: ReadyWhen,
+    /// `/healthz` answers 503 when no attempt has finished for longer than this.
+    pub renew_deadline: Duration,
+    /// The elector's state.
+    pub state: watch::Receiver<Snapshot>,
+    /// When the election loop last finished an attempt.
+    pub progress: Progress,
+    /// The metrics `/metrics` renders.
+    pub metrics: Arc<Metrics>,
+}
+
+impl HttpContext {
+    fn snapshot(&self) -> Snapshot {
+        self.state.borrow().clone()
+    }
+
+    fn document_of(&self, snapshot: &Snapshot) -> StatusDoc {
+        snapshot.document(&self.name, &self.identity, Instant::now())
+    }
+}
+
+/// Serves until `shutdown` is cancelled; open `/events` streams end then too.
+///
+/// # Errors
+/// An I/O error of the server itself (accept errors on single connections are retried).
+pub async fn serve(
+    listener: TcpListener,
+    ctx: HttpContext,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = router(ctx, shutdown.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+/// The routes of the contract; unknown paths get 404, other methods on known paths 405.
+fn router(ctx: HttpContext, shutdown: CancellationToken) -> Router {
+    Router::new()
+        .route("/", get(root))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/leader", get(leader))
+        .route("/metrics", get(metrics))
+        .route("/events", get(move |state| events(state, shutdown)))
+        .with_state(ctx)
+}
+
+/// 200 while the election loop makes progress, 503 when it is stuck.
+async fn healthz(State(ctx): State<HttpContext>) -> (StatusCode, &'static str) {
+    if ctx.progress.since_last() > ctx.renew_deadline {
+        (StatusCode::SERVICE_UNAVAILABLE, "stuck")
+    } else {
+        (StatusCode::OK, "ok")
+    }
+}
+
+/// 200 when ready by `ready_when`, checked against the lease validity now.
+async fn readyz(State(ctx): State<HttpContext>) -> (StatusCode, &'static str) {
+    let snapshot = ctx.snapshot();
+    let ready = match ctx.ready_when {
+        ReadyWhen::Leader => snapshot.is_leader_at(Instant::now()),
+        ReadyWhen::Always => !matches!(snapshot.phase, Phase::Starting | Phase::Stopped),
+    };
+    match (ctx.ready_when, ready) {
+        (ReadyWhen::Leader, true) => (StatusCode::OK, "leader"),
+        (ReadyWhen::Leader, false) => (StatusCode::SERVICE_UNAVAILABLE, "not leader"),
+        (ReadyWhen::Always, true) => (StatusCode::OK, "ready"),
+        (ReadyWhen::Always, false) => (StatusCode::SERVICE_UNAVAILABLE, "not ready"),
+    }
+}
+
+/// The status document as of now.
+async fn leader(State(ctx): State<HttpContext>) -> Json<StatusDoc> {
+    Json(ctx.document_of(&ctx.snapshot()))
+}
+
+/// `{"name": "<leader identity or empty>"}`, as the Kubernetes `leader-elector` sidecar answers.
+async fn root(State(ctx): State<HttpContext>) -> Json<serde_json::Value> {
+    let doc = ctx.document_of(&ctx.snapshot());
+    Json(serde_json::json!({ "name": doc.leader.unwrap_or_default() }))
+}
+
+/// The Prometheus text exposition, leadership gauges checked against now.
+async fn metrics(State(ctx): State<HttpContext>) -> Response {
+    let body = ctx.metrics.render(&ctx.snapshot(), Instant::now());
+    ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], body).into_response()
+}
+
+/// Server-Sent Events: the document at once, then at every change, until shutdown.
+async fn events(
+    State(ctx): State<HttpContext>,
+    shutdown: CancellationToken,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let stream = status_events(ctx).take_until(shutdown.cancelled_owned());
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// One `status` event per document: the current one, then one per update of the state
+/// (including the end of a term's validity, which changes the document too).
+fn status_events(ctx: HttpContext) -> impl Stream<Item = Result<Event, Infallible>> {
+    let mut rx = ctx.state.clone();
+    let first = rx.borrow_and_update().clone();
+    let start = (ctx, rx, Some(first), None::<Snapshot>);
+    futures::stream::unfold(start, |(ctx, mut rx, pending, last)| async move {
+        let snapshot = match (pending, &last) {
+            (Some(snapshot), _) => snapshot,
+            (None, Some(last)) => next_update(&mut rx, last).await?,
+            (None, None) => return None,
+        };
+        let event = status_event(&ctx.document_of(&snapshot));
+        Some((Ok(event), (ctx, rx, None, Some(snapshot))))
+    })
+}
+
+fn status_event(doc: &StatusDoc) -> Event {
+    let json = serde_json::to_string(doc).expect("the status document serializes");
+    Event::default().event("status").data(json)
+}

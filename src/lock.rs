@@ -1,0 +1,308 @@
+//! A reentrant lock over a lease, with a watchdog that renews it in the background and makes
+//! its loss something the holder can await.
+//!
+//! "The same holder" is one [`Locker`] value and its clones. Async tasks move between
+//! threads, so neither a thread nor a task is an identity worth having; a `Locker` is what a
+//! program hands to the code that should share one hold. Locking again through the same
+//! `Locker` while it holds the lease succeeds at once and is counted; the lease is released
+//! when every [`LeaseGuard`] has been released (or dropped).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leaderd::lease::LeaseError> {
+//! use std::time::Duration;
+//! use leaderd::lease::{LeaseClient, LeaseSpec};
+//! use leaderd::lock::Locker;
+//!
+//! let spec = LeaseSpec::new("nightly-report", "worker-1", Duration::from_secs(10));
+//! let locker = Locker::new(LeaseClient::connect("redis://127.0.0.1:6379/0", spec)?);
+//! let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+//! let mut guard = locker.lock(deadline).await?;
+//! tokio::select! {
+//!     _ = guard.lost() => eprintln!("lease lost: stop writing"),
+//!     _ = tokio::time::sleep(Duration::from_secs(5)) => {} // the work, fenced by guard.fence()
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::sync::{watch, Mutex};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::lease::{Acquire, LeaseClient, LeaseError, Term};
+
+/// Why a held lease ended without being released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// Redis says the lease is no longer ours (expired, or taken over).
+    Lost,
+    /// No renew succeeded within the renew deadline; the lease may be gone.
+    Deadline,
+}
+
+/// How the watchdog keeps a lease alive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WatchdogConfig {
+    /// Time between renewals.
+    pub renew_every: Duration,
+    /// Without a successful renew for this long (counted from the last one sent), the
+    /// lease is reported lost. Keep it below the lease duration.
+    pub renew_deadline: Duration,
+    /// Interval between attempts while waiting in [`Locker::lock`].
+    pub retry: Duration,
+}
+
+impl WatchdogConfig {
+    /// Renew every third of the lease; give up after two thirds.
+    pub fn for_lease(lease: Duration) -> Self {
+        WatchdogConfig {
+            renew_every: lease / 3,
+            renew_deadline: lease * 2 / 3,
+            retry: lease / 3,
+        }
+    }
+}
+
+struct Hold {
+    count: u32,
+    term: Arc<StdMutex<Term>>,
+    loss: watch::Receiver<Option<LossReason>>,
+    stop: CancellationToken,
+    watchdog: JoinHandle<()>,
+}
+
+/// A reentrant lock over one lease. Cheap to clone; clones are the same holder.
+#[derive(Clone)]
+pub struct Locker {
+    client: Arc<LeaseClient>,
+    config: WatchdogConfig,
+    hold: Arc<Mutex<Option<Hold>>>,
+}
+
+impl Locker {
+    /// A locker with the watchdog timings of [`WatchdogConfig::for_lease`].
+    pub fn new(client: LeaseClient) -> Self {
+        let config = WatchdogConfig::for_lease(client.spec().lease_duration);
+        Self::with_config(client, config)
+    }
+
+    /// A locker with explicit watchdog timings.
+    pub fn with_config(client: LeaseClient, config: WatchdogConfig) -> Self {
+        Locker {
+            client: Arc::new(client),
+            config,
+            hold: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Takes the lease, waiting until `deadline` (waking on releases and at expiry).
+    ///
+    /// # Errors
+    /// `Timeout` when the deadline passes; `WrongType` for a foreign key.
+    pub async fn lock(&self, deadline: Instant) -> Result<LeaseGuard, LeaseError> {
+        let mut hold = self.hold.lock().await;
+        if let Some(guard) = self.reenter(&mut hold) {
+            return Ok(guard);
+        }
+        let term = self.client.acquire(deadline, self.config.retry).await?;
+        Ok(self.start(&mut hold, term))
+    }
+
+    /// One attempt, without waiting.
+    ///
+    /// # Errors
+    /// `Held` (who holds it, for how long) when someone else holds the lease; Redis errors.
+    pub async fn try_lock(&self) -> Result<LeaseGuard, LeaseError> {
+        let mut hold = self.hold.lock().await;
+        if let Some(guard) = self.reenter(&mut hold) {
+            return Ok(guard);
+        }
+        match self.client.try_acquire().await? {
+            Acquire::Acquired(term) => Ok(self.start(&mut hold, term)),
+            Acquire::Held(holder) => Err(LeaseError::Held(holder)),
+        }
+    }
+
+    /// How many guards of this holder are outstanding (0 when not held).
+    pub async fn hold_count(&self) -> u32 {
+        self.hold.lock().await.as_ref().map_or(0, |h| h.count)
+    }
+
+    fn reenter(&self, hold: &mut Option<Hold>) -> Option<LeaseGuard> {
+        let held = hold.as_mut()?;
+        let alive = held.loss.borrow().is_none() && held.term.lock().ok()?.is_valid();
+        if !alive {
+            return None;
+        }
+        held.count += 1;
+        Some(self.guard(held))
+    }
+
+    fn start(&self, hold: &mut Option<Hold>, term: Term) -> LeaseGuard {
+        if let Some(old) = hold.take() {
+            old.stop.cancel();
+        }
+        let (tx, rx) = watch::channel(None);
+        let term = Arc::new(StdMutex::new(term));
+        let stop = CancellationToken::new();
+        let watchdog = tokio::spawn(watchdog(
+            self.client.clone(),
+            term.clone(),
+            self.config,
+            tx,
+            stop.clone(),
+        ));
+        let new = Hold {
+            count: 1,
+            term,
+            loss: rx,
+            stop,
+            watchdog,
+        };
+        let guard = self.guard(&new);
+        *hold = Some(new);
+        guard
+    }
+
+    fn guard(&self, hold: &Hold) -> LeaseGuard {
+        LeaseGuard {
+            locker: Some(self.clone()),
+            term: hold.term.clone(),
+            loss: hold.loss.clone(),
+        }
+    }
+
+    async fn unlock(&self, term: &Arc<StdMutex<Term>>) -> Result<bool, LeaseError> {
+        let mut hold = self.hold.lock().await;
+        let Some(held) = hold.as_mut().filter(|h| Arc::ptr_eq(&h.term, term)) else {
+            return Ok(false);
+        };
+        held.count -= 1;
+        if held.count > 0 {
+            return Ok(true);
+        }
+        let held = hold.take().expect("checked above");
+        // Stop the watchdog and wait for an in-flight renew, so release is ordered after it.
+        held.stop.cancel();
+        let _ = held.watchdog.await;
+        let term = held.term.lock().map(|t| t.clone()).ok();
+        match term {
+            Some(term) => self.client.release(&term).await,
+            None => Ok(false),
+        }
+    }
+}
+
+/// One hold of a lease. Release it with [`LeaseGuard::release`]; dropping it releases in
+/// the background.
+pub struct LeaseGuard {
+    locker: Option<Locker>,
+    term: Arc<StdMutex<Term>>,
+    loss: watch::Receiver<Option<LossReason>>,
+}
+
+impl LeaseGuard {
+    /// The fencing token of this term: pass it to the resources the lock protects.
+    pub fn fence(&self) -> u64 {
+        self.term.lock().map_or(0, |t| t.fence)
+    }
+
+    /// True while the lease is certainly still held: not reported lost, and before the
+    /// validity instant of the last successful acquire or renew.
+    pub fn is_valid(&self) -> bool {
+        self.loss.borrow().is_none() && self.term.lock().is_ok_and(|t| t.is_valid())
+    }
+
+    /// The validity instant of the last successful acquire or renew.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.term.lock().ok().map(|t| t.valid_until)
+    }
+
+    /// Resolves when the lease is lost (or its renew deadline passes) while held.
+    pub async fn lost(&mut self) -> LossReason {
+        loop {
+            if let Some(reason) = *self.loss.borrow_and_update() {
+                return reason;
+            }
+            if self.loss.changed().await.is_err() {
+                return LossReason::Lost;
+            }
+        }
+    }
+
+    /// A watch of the loss, for use from other tasks: `Some(reason)` once lost.
+    pub fn loss_watch(&self) -> watch::Receiver<Option<LossReason>> {
+        self.loss.clone()
+    }
+
+    /// Gives up this hold; the last hold of the holder releases the lease in Redis.
+    /// Returns false when the lease was no longer ours.
+    ///
+    /// # Errors
+    /// Redis errors of the release.
+    pub async fn release(mut self) -> Result<bool, LeaseError> {
+        match self.locker.take() {
+            Some(locker) => locker.unlock(&self.term).await,
+            None => Ok(false),
+        }
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if let Some(locker) = self.locker.take() {
+            let term = self.term.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = locker.unlock(&term).await;
+                });
+            }
+        }
+    }
+}
+
+async fn watchdog(
+    client: Arc<LeaseClient>,
+    term: Arc<StdMutex<Term>>,
+    config: WatchdogConfig,
+    loss: watch::Sender<Option<LossReason>>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(config.renew_every) => {}
+        }
+        let Ok(mut current) = term.lock().map(|t| t.clone()) else {
+            return;
+        };
+        let deadline = current.last_sent + config.renew_deadline;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let budget = left.min(client.spec().command_timeout);
+        let outcome = if budget.is_zero() {
+            Err(LeaseError::Timeout { last_holder: None })
+        } else {
+            client.renew(&mut current, Some(budget)).await
+        };
+        match outcome {
+            Ok(()) => {
+                if let Ok(mut t) = term.lock() {
+                    *t = current;
+                }
+            }
+            Err(LeaseError::Lost) => {
+                let _ = loss.send(Some(LossReason::Lost));
+                return;
+            }
+            Err(_) if Instant::now() >= deadline => {
+                let _ = loss.send(Some(LossReason::Deadline));
+                return;
+            }
+            Err(_) => {}
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The Prometheus metrics of the contract: a private registry whose every series carries the
+//! `name` label, counters the elector bumps, and gauges derived from the state when scraped.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prometheus::core::Collector;
+use prometheus::proto::MetricFamily;
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use tokio::time::Instant;
+
+use crate::conn::FailureKind;
+use crate::state::Snapshot;
+
+/// The `result` values of `leaderd_acquire_attempts_total`.
+pub const ACQUIRE_RESULTS: [&str; 3] = ["acquired", "held", "error"];
+/// The `result` values of `leaderd_renewals_total`.
+pub const RENEWAL_RESULTS: [&str; 3] = ["ok", "lost", "error"];
+/// The `reason` values of `leaderd_step_downs_total`.
+pub const STEP_DOWN_REASONS: [&str; 5] = ["lost", "deadline", "shutdown", "yield", "child_exit"];
+
+/// Buckets of `leaderd_renew_duration_seconds`: from a loopback round trip to command timeouts.
+const RENEW_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+const LEADING_HELP: &str = "1 while this replica leads with a valid lease, else 0.";
+const MASTER_HELP: &str =
+    "1 while this replica leads with a valid lease, else 0 (the client-go name).";
+const HEALTHY_HELP: &str = "1 while the local health check passes or none is configured, else 0.";
+const REMAINING_HELP: &str =
+    "Seconds until the current term's lease validity ends; 0 when not leader.";
+const FENCE_HELP: &str = "Fencing token of this replica's current term; 0 when not leader.";
+const TRANSITIONS_HELP: &str = "Terms this replica has begun.";
+const ACQUIRE_HELP: &str = "Attempts to acquire the lease, by result.";
+const RENEWALS_HELP: &str = "Attempts to renew the lease, by result.";
+const RENEW_DURATION_HELP: &str = "Round trip of each renew of the lease, in seconds.";
+const STEP_DOWNS_HELP: &str = "Terms this replica has ended, by reason.";
+const REDIS_ERRORS_HELP: &str = "Failed Redis calls, by kind.";
+const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
+
+/// Every series of the contract, in one private registry (never the global default, so
+/// several elections or tests in one process do not collide).
+pub struct Metrics {
+    registry: Registry,
+    is_leader: IntGauge,
+    master_status: IntGauge,
+    healthy: IntGauge,
+    lease_remaining: Gauge,
+    fence: IntGauge,
+    transitions: IntCounter,
+    acquire_attempts: IntCounterVec,
+    renewals: IntCounterVec,
+    renew_duration: Histogram,
+    step_downs: IntCounterVec,
+    redis_errors: IntCounterVec,
+}
+
+impl Metrics {
+    /// Registers every series of the contract, labelled `name="<election>"`, each label value
+    /// pre-created at 0 so `rate()` and alerts work before the first event.
+    pub fn new(election: &str, version: &str) -> Metrics {
+        let labels = HashMap::from([("name".to_owned(), election.to_owned())]);
+        let registry = Registry::new_custom(None, Some(labels)).expect("valid registry labels");
+        let r = &registry;
+        let metrics = Metrics {
+            is_leader: int_gauge(r, "leaderd_is_leader", LEADING_HELP),
+            master_status: int_gauge(r, "leader_election_master_status", MASTER_HELP),
+            healthy: int_gauge(r, "leaderd_healthy", HEALTHY_HELP),
+            lease_remaining: float_gauge(r, "leaderd_lease_remaining_seconds", REMAINING_HELP),
+            fence: int_gauge(r, "leaderd_fence", FENCE_HELP),
+            transitions: counter(r, "leaderd_leader_transitions_total", TRANSITIONS_HELP),
+            acquire_attempts: counters(
+                r,
+                "leaderd_acquire_attempts_total",
+                ACQUIRE_HELP,
+                "result",
+                &ACQUIRE_RESULTS,
+            ),
+            renewals: counters(
+                r,
+                "leaderd_renewals_total",
+                RENEWALS_HELP,
+                "result",
+                &RENEWAL_RESULTS,
+            ),
+            renew_duration: renew_histogram(r),
+            step_downs: counters(
+                r,
+                "leaderd_step_downs_total",
+                STEP_DOWNS_HELP,
+                "reason",
+                &STEP_DOWN_REASONS,
+            ),
+            redis_errors: counters(
+                r,
+                "leaderd_redis_errors_total",
+                REDIS_ERRORS_HELP,
+                "kind",
+                &FailureKind::ALL.map(FailureKind::as_str),
+            ),
+            registry,
+        };
+        metrics.register_build_info(version);
+        metrics.register_process();
+        metrics
+    }
+
+    /// Counts a term this replica has begun.
+    pub fn transition(&self) {
+        self.transitions.inc();
+    }
+
+    /// Counts an acquire attempt: `acquired`, `held` or `error`.
+    pub fn acquire_attempt(&self, result: &str) {
+        debug_assert!(ACQUIRE_RESULTS.contains(&result), "unknown result {result}");
+        self.acquire_attempts.with_label_values(&[result]).inc();
+    }
+
+    /// Counts a renew attempt (`ok`, `lost` or `error`) and observes its round trip.
+    pub fn renewal(&self, result: &str, took: Duration) {
+        debug_assert!(RENEWAL_RESULTS.contains(&result), "unknown result {result}");
+        self.renewals.with_label_values(&[result]).inc();
+        self.renew_duration.observe(took.as_secs_f64());
+    }
+
+    /// Counts a step-down: `lost`, `deadline`, `shutdown`, `yield` or `child_exit`.
+    pub fn step_down(&self, reason: &str) {
+        debug_assert!(
+            STEP_DOWN_REASONS.contains(&reason),
+            "unknown reason {reason}"
+        );
+        self.step_downs.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a failed Redis call by its kind.
+    pub fn redis_error(&self, kind: FailureKind) {
+        self.redis_errors.with_label_values(&[kind.as_str()]).inc();
+    }
+
+    /// The text exposition. The leadership gauges are set from `snapshot` checked at `now`
+    /// first, so a scrape never reports a claim whose validity has passed.
+    pub fn render(&self, snapshot: &Snapshot, now: Instant) -> String {
+        self.set_leadership(snapshot, now);
+        let mut families = self.registry.gather();
+        sort_labels(&mut families);
+        match TextEncoder::new().encode_to_string(&families) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot encode metrics");
+                String::new()
+            }
+        }
+    }
+
+    fn set_leadership(&self, snapshot: &Snapshot, now: Instant) {
+        let term = snapshot.valid_term(now);
+        let leading = i64::from(term.is_some());
+        self.is_leader.set(leading);
+        self.master_status.set(leading);
+        self.healthy.set(i64::from(snapshot.healthy));
+        let remaining = term.map_or(Duration::ZERO, |t| {
+            t.valid_until.saturating_duration_since(now)
+        });
+        self.lease_remaining.set(remaining.as_secs_f64());
+        self.fence
+            .set(term.map_or(0, |t| i64::try_from(t.fence).unwrap_or(i64::MAX)));
+    }
+
+    fn register_build_info(&self, version: &str) {
+        let opts = Opts::new("leaderd_build_info", BUILD_INFO_HELP);
+        let info = register(
+            &self.registry,
+            IntGaugeVec::new(opts, &["version"]).expect("valid gauge"),
+        );
+        info.with_label_values(&[version]).set(1);
+    }
+
+    #[cfg(target_os = "linux")]
+    fn register_process(&self) {
+        let collector = prometheus::process_collector::ProcessCollector::for_self();
+        self.registry
+            .register(Box::new(collector))
+            .expect("process metrics are registered once");
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn register_process(&self) {}
+}
+
+/// Puts every series' labels in name order, as the Go client writes them (the registry
+/// appends its `name` label after a series' own labels).
+fn sort_labels(families: &mut [MetricFamily]) {
+    for family in families {
+        for metric in family.mut_metric() {
+            let mut labels = metric.take_label();
+            labels.sort_by(|a, b| a.name().cmp(b.name()));
+            metric.set_label(labels);
+        }
+    }
+}
+
+/// Registers `collector` and hands it back; a clash is a programming error.
+fn register<C: Collector + Clone + 'static>(registry: &Registry, collector: C) -> C {
+    registry
+        .register(Box::new(collector.clone()))
+        .expect("each series is registered once");
+    collector
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    register(registry, IntGauge::new(name, help).expect("valid gauge"))
+}
+
+fn float_gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
+    register(registry, Gauge::new(name, help).expect("valid gauge"))
+}
+
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    register(
+        registry,
+        IntCounter::new(name, help).expect("valid counter"),
+    )
+}
+
+/// A counter family with every one of `values` created at 0.
+fn counters(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[&str],
+) -> IntCounterVec {
+    let family = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid counter");
+    for value in values {
+        family.with_label_values(&[*value]);
+    }
+    register(registry, family)
+}
+
+fn renew_histogram(registry: &Registry) -> Histogram {
+    let opts = HistogramOpts::new("leaderd_renew_duration_seconds", RENEW_DURATION_HELP)
+        .buckets(RENEW_BUCKETS.to_vec());
+    register(
+        registry,
+        Histogram::with_opts(opts).expect("valid histogram"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_series_exists_from_the_start_with_the_name_label() {
+        let metrics = Metrics::new("e1", "0.1.0");
+        let text = metrics.render(&Snapshot::starting(true), Instant::now());
+        for series in [
+            "leaderd_is_leader{name=\"e1\"} 0",
+            "leader_election_master_status{name=\"e1\"} 0",
+            "leaderd_acquire_attempts_total{name=\"e1\",result=\"held\"} 0",
+            "leaderd_step_downs_total{name=\"e1\",reason=\"child_exit\"} 0",
+            "leaderd_redis_errors_total{kind=\"auth\",name=\"e1\"} 0",
+            "leaderd_build_info{name=\"e1\",version=\"0.1.0\"} 1",
+            "leaderd_renewals_total{name=\"e1\",result=\"lost\"} 0",
+            "leaderd_healthy{name=\"e1\"} 1",
+        ] {
+            assert!(text.contains(series), "missing {series} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The leader file: the status document written atomically at every change of the state, and
+//! once more when a term's validity passes, so the file stops claiming on its own.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::state::Snapshot;
+
+/// Writes the status document to `path` at every change of the state channel, atomically
+/// (write `<path>.tmp` beside it, fsync, rename). Also rewrites once when the current term's
+/// validity passes without a new state (so the file stops claiming). Returns when the channel
+/// closes, after writing the last state it saw (the daemon sends `Phase::Stopped` last, then
+/// drops the sender). Write errors are logged, rate-limited, and never stop the task.
+pub async fn run_leader_file(
+    path: PathBuf,
+    name: String,
+    identity: String,
+    mut state: watch::Receiver<Snapshot>,
+) {
+    let mut file = LeaderFile {
+        path,
+        name,
+        identity,
+        last_error: None,
+    };
+    let mut snapshot = state.borrow_and_update().clone();
+    loop {
+        file.write(&snapshot).await;
+        match next_update(&mut state, &snapshot).await {
+            Some(next) => snapshot = next,
+            None => return,
+        }
+    }
+}
+
+/// Waits until the published document may differ from the one made from `last`: a new state
+/// on the channel, or the end of `last`'s valid term (then `last` again, which now documents
+/// as not leader). `None` once the channel has closed and every state has been seen.
+pub async fn next_update(
+    state: &mut watch::Receiver<Snapshot>,
+    last: &Snapshot,
+) -> Option<Snapshot> {
+    if let Some(term) = last.valid_term(Instant::now()) {
+        tokio::select! {
+            changed = state.changed() => return changed.ok().map(|()| state.borrow_and_update().clone()),
+            () = tokio::time::sleep_until(term.valid_until) => return Some(last.clone()),
+        }
+    }
+    state.changed().await.ok()?;
+    Some(state.borrow_and_update().clone())
+}
+
+/// Replaces `path` with `bytes` so a reader sees the old or the new content, never a mix:
+/// writes `<path>.tmp` beside it, fsyncs it, renames it over `path`, then fsyncs the directory.
+/// Creates the parent directory when missing.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = tmp_path(path)?;
+    let dir = parent_dir(path);
+    std::fs::create_dir_all(dir)?;
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)?;
+    // Durability of the rename; some file systems refuse to fsync a directory, harmlessly.
+    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    Ok(())
+}
+
+fn tmp_path(path: &Path) -> std::io::Result<PathBuf> {
+    let Some(file_name) = path.file_name() else {
+        let msg = format!("{} is not a file path", path.display());
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, msg));
+    };
+    let mut tmp = file_name.to_owned();
+    tmp.push(".tmp");
+    Ok(path.with_file_name(tmp))
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// The file being published and the last write error, so a persistent failure is logged once.
+struct LeaderFile {
+    path: PathBuf,
+    name: String,
+    identity: String,
+    last_error: Option<String>,
+}
+
+impl LeaderFile {
+    async fn write(&mut self, snapshot: &Snapshot) {
+        let doc = snapshot.document(&self.name, &self.identity, Instant::now());
+        let mut bytes = serde_json::to_vec(&doc).expect("the status document serializes");
+        bytes.push(b'\n');
+        let path = self.path.clone();
+        let outcome = tokio::task::spawn_blocking(move || write_atomically(&path, &bytes)).await;
+        match outcome {
+            Ok(Ok(())) => self.succeeded(),
+            Ok(Err(e)) => self.failed(e.to_string()),
+            Err(e) => self.failed(e.to_string()),
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if self.last_error.take().is_some() {
+            tracing::info!(path = %self.path.display(), "leader file written again");
+        }
+    }
+
+    fn failed(&mut self, error: String) {
+        if self.last_error.as_deref() != Some(error.as_str()) {
+            tracing::warn!(path = %self.path.display(), %error, "cannot write the leader file");
+            self.last_error = Some(error);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_beside_and_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/leader.json");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert!(!dir.path().join("sub/leader.json.tmp").exists());
+    }
+
+    #[test]
+    fn a_path_without_a_file_name_is_refused() {
+        assert!(write_atomically(Path::new("/"), b"x").is_err());
+    }
+}

@@ -1,0 +1,51 @@
+//! Listens on a lease's release channel and turns every release into a `watch` change, so
+//! candidates contend the moment a leader lets go instead of at their next poll.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::Client;
+use tokio::sync::watch;
+
+/// Keeps a subscription to `channel` until `tx` has no receivers, resubscribing after any
+/// loss of the connection. Each release, and each fresh subscription (a release may have
+/// been missed while it was down), bumps the counter in `tx`.
+pub async fn listen(
+    client: Client,
+    channel: String,
+    connect_timeout: Duration,
+    tx: watch::Sender<u64>,
+) {
+    let mut pause = Duration::from_millis(50);
+    while !tx.is_closed() {
+        match tokio::time::timeout(connect_timeout, subscribe(&client, &channel)).await {
+            Ok(Ok(pubsub)) => {
+                pause = Duration::from_millis(50);
+                tx.send_modify(|n| *n += 1);
+                let mut messages = pubsub.into_on_message();
+                loop {
+                    tokio::select! {
+                        msg = messages.next() => match msg {
+                            Some(_) => tx.send_modify(|n| *n += 1),
+                            None => break,
+                        },
+                        _ = tx.closed() => return,
+                    }
+                }
+            }
+            _ => {
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = tx.closed() => return,
+                }
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+async fn subscribe(client: &Client, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(channel).await?;
+    Ok(pubsub)
+}

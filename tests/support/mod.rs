@@ -1,0 +1,44 @@
+//! Test support shared by leaderd's integration tests: real redis-server, TCP proxy, daemon runner, safety checker.
+#![allow(dead_code, unused_imports)]
+
+pub mod daemon;
+pub mod proxy;
+pub mod redis;
+pub mod safety;
+
+pub use self::daemon::{leaderd_bin, run_cli, CliOutput, Daemon, DaemonOpts};
+pub use self::proxy::Proxy;
+pub use self::redis::{resp_cmd, RedisServer, Reply, RespConn};
+pub use self::safety::{check_logs, check_no_overlap, terms_from_logs, Term};
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+/// Poll `f` every `step` until it returns `Some`, for at most `timeout` (and at most
+/// `timeout / step + 2` calls). Returns `None` when time runs out.
+pub fn wait_until<T>(
+    timeout: Duration,
+    step: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let step = step.max(Duration::from_millis(1));
+    let deadline = Instant::now() + timeout;
+    let max_calls = timeout.as_millis() / step.as_millis() + 2;
+    for _ in 0..max_calls {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::sleep(step.min(deadline - now));
+    }
+    None
+}
+
+/// A port on 127.0.0.1 that was free a moment ago (bind port 0, read it, release it).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}

@@ -1,0 +1,198 @@
+//! Owns the shared safety checker: rebuilds leadership terms from replicas' JSON logs and checks that no two claims overlap.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// One term of leadership as a replica logged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    pub replica: String,
+    pub fence: u64,
+    pub acquired_at_ms: u64,
+    /// Max `lease_valid_until_ms` over the term's acquired / renewed / stepped_down lines.
+    pub last_valid_until_ms: u64,
+    /// From the `stepped_down` line; `None` if the replica never logged one (e.g. SIGKILL).
+    pub ended_at_ms: Option<u64>,
+}
+
+impl Term {
+    /// When this term's claim ends: the earlier of `ended_at_ms` and `last_valid_until_ms`.
+    pub fn claim_end_ms(&self) -> u64 {
+        match self.ended_at_ms {
+            Some(end) => end.min(self.last_valid_until_ms),
+            None => self.last_valid_until_ms,
+        }
+    }
+}
+
+/// A field of a log event: top level (the contract's flattened form), or under `fields`.
+pub fn field<'a>(ev: &'a Value, key: &str) -> Option<&'a Value> {
+    ev.get(key)
+        .filter(|v| !v.is_null())
+        .or_else(|| ev.get("fields").and_then(|f| f.get(key)))
+        .filter(|v| !v.is_null())
+}
+
+/// A numeric field, written as a JSON number or a string of digits.
+pub fn field_u64(ev: &Value, key: &str) -> Option<u64> {
+    let v = field(ev, key)?;
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+/// The `event` field of a log line.
+pub fn event_name(ev: &Value) -> Option<&str> {
+    field(ev, "event").and_then(Value::as_str)
+}
+
+/// Rebuild terms from `(replica, events)` pairs, sorted by `acquired_at_ms` (then fence).
+/// `renewed` and `stepped_down` lines attach to the latest `acquired` line with the same
+/// fence in the same replica's log; lines without one are ignored here (`check_logs`
+/// reports them). `acquired` lines without `fence` or `acquired_at_ms` are ignored too.
+pub fn terms_from_logs(logs: &[(String, Vec<Value>)]) -> Vec<Term> {
+    build(logs).0
+}
+
+fn build(logs: &[(String, Vec<Value>)]) -> (Vec<Term>, Vec<String>) {
+    let mut terms: Vec<Term> = Vec::new();
+    let mut problems = Vec::new();
+    for (replica, events) in logs {
+        let mut by_fence: HashMap<u64, usize> = HashMap::new();
+        for ev in events {
+            let Some(name) = event_name(ev) else {
+                continue;
+            };
+            if !matches!(name, "acquired" | "renewed" | "stepped_down") {
+                continue;
+            }
+            let fence = field_u64(ev, "fence");
+            let valid = field_u64(ev, "lease_valid_until_ms");
+            if name == "acquired" {
+                match (fence, field_u64(ev, "acquired_at_ms")) {
+                    (Some(fence), Some(at)) => {
+                        by_fence.insert(fence, terms.len());
+                        terms.push(Term {
+                            replica: replica.clone(),
+                            fence,
+                            acquired_at_ms: at,
+                            last_valid_until_ms: valid.unwrap_or(at),
+                            ended_at_ms: None,
+                        });
+                    }
+                    _ => problems.push(format!(
+                        "{replica}: `acquired` line without fence or acquired_at_ms: {ev}"
+                    )),
+                }
+                continue;
+            }
+            let Some(&idx) = fence.and_then(|f| by_fence.get(&f)) else {
+                problems.push(format!(
+                    "{replica}: `{name}` line with no earlier `acquired` line for its fence: {ev}"
+                ));
+                continue;
+            };
+            let term = &mut terms[idx];
+            if let Some(v) = valid {
+                term.last_valid_until_ms = term.last_valid_until_ms.max(v);
+            }
+            if name == "stepped_down" {
+                if let Some(end) = field_u64(ev, "ended_at_ms") {
+                    term.ended_at_ms = Some(term.ended_at_ms.map_or(end, |e| e.min(end)));
+                }
+            }
+        }
+    }
+    terms.sort_by_key(|t| (t.acquired_at_ms, t.fence));
+    (terms, problems)
+}
+
+fn describe(t: &Term) -> String {
+    format!(
+        "{} fence {} [acquired {} .. claim end {}; valid until {}, ended {}]",
+        t.replica,
+        t.fence,
+        t.acquired_at_ms,
+        t.claim_end_ms(),
+        t.last_valid_until_ms,
+        t.ended_at_ms
+            .map_or_else(|| "never".to_string(), |e| e.to_string())
+    )
+}
+
+/// Check the safety properties over all terms of one election:
+/// - no two claims overlap: every earlier term's claim ends at or before each later term's
+///   `acquired_at_ms` (every pair is checked, not only neighbours);
+/// - fences strictly increase in order of `acquired_at_ms`;
+/// - each fence belongs to exactly one `acquired` line.
+///
+/// The error lists every violation, one per line.
+pub fn check_no_overlap(terms: &[Term]) -> Result<(), String> {
+    let mut sorted: Vec<&Term> = terms.iter().collect();
+    sorted.sort_by_key(|t| (t.acquired_at_ms, t.fence));
+    let mut violations = Vec::new();
+
+    let mut by_fence: HashMap<u64, Vec<&Term>> = HashMap::new();
+    for t in &sorted {
+        by_fence.entry(t.fence).or_default().push(t);
+    }
+    let mut dup: Vec<_> = by_fence.iter().filter(|(_, v)| v.len() > 1).collect();
+    dup.sort_by_key(|(f, _)| **f);
+    for (fence, ts) in dup {
+        let who: Vec<String> = ts.iter().map(|t| describe(t)).collect();
+        violations.push(format!(
+            "fence {fence} acquired {} times: {}",
+            ts.len(),
+            who.join("; ")
+        ));
+    }
+
+    for w in sorted.windows(2) {
+        if w[1].fence <= w[0].fence {
+            violations.push(format!(
+                "fence regression: {} acquired after {}",
+                describe(w[1]),
+                describe(w[0])
+            ));
+        }
+    }
+
+    for (i, earlier) in sorted.iter().enumerate() {
+        for later in &sorted[i + 1..] {
+            if earlier.claim_end_ms() > later.acquired_at_ms {
+                violations.push(format!(
+                    "overlap of {} ms: {} still claims when {} begins",
+                    earlier.claim_end_ms() - later.acquired_at_ms,
+                    describe(earlier),
+                    describe(later)
+                ));
+            }
+        }
+    }
+
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} safety violation(s) over {} term(s):\n{}",
+            violations.len(),
+            terms.len(),
+            violations.join("\n")
+        ))
+    }
+}
+
+/// `terms_from_logs` + `check_no_overlap`, also failing on malformed `acquired` lines and on
+/// `renewed` / `stepped_down` lines whose fence has no `acquired` line in that replica's log.
+/// Returns the terms when everything holds.
+pub fn check_logs(logs: &[(String, Vec<Value>)]) -> Result<Vec<Term>, String> {
+    let (terms, mut problems) = build(logs);
+    if let Err(e) = check_no_overlap(&terms) {
+        problems.push(e);
+    }
+    if problems.is_empty() {
+        Ok(terms)
+    } else {
+        Err(problems.join("\n"))
+    }
+}
