@@ -8,7 +8,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, OnExit, OnLost, RedisMode};
-use crate::election::{self, AfterLoss, AfterWorkExit, Inputs, NoWork, Policy, Reporter, Timing};
+use crate::election::{
+    self, AfterLoss, AfterWorkExit, Inputs, LeaseBackend, NoWork, Policy, Reporter, Timing,
+};
 use crate::lease::{LeaseClient, LeaseSpec};
 use crate::metrics::Metrics;
 use crate::state::{Progress, Snapshot};
@@ -162,7 +164,25 @@ pub async fn run(
     if let Some(first) = unsupported(&config).into_iter().next() {
         return Err(DaemonError::Unsupported(first));
     }
-    let lease = Arc::new(lease_client(&config)?);
+    match config.redis.mode {
+        RedisMode::Single => {
+            let lease = Arc::new(lease_client(&config)?);
+            Ok(run_with(lease, config, listener, shutdown, yields).await)
+        }
+        mode => Err(DaemonError::Unsupported(format!(
+            "redis.mode: {mode:?} is not supported yet"
+        ))),
+    }
+}
+
+/// Runs the daemon over any lease backend (single Redis, Sentinel, Redlock, ...).
+pub async fn run_with<B: LeaseBackend>(
+    lease: Arc<B>,
+    config: Config,
+    listener: Option<TcpListener>,
+    shutdown: CancellationToken,
+    yields: mpsc::Receiver<()>,
+) -> i32 {
     let metrics = Arc::new(Metrics::new(&config.name, env!("CARGO_PKG_VERSION")));
     let progress = Progress::new();
     let (state_tx, state_rx) = watch::channel(Snapshot::starting(true));
@@ -195,7 +215,6 @@ pub async fn run(
         event = "started",
         name = %config.name,
         identity = %config.identity,
-        key = %lease.keys().lock,
         "leaderd {} starting",
         env!("CARGO_PKG_VERSION")
     );
@@ -204,7 +223,6 @@ pub async fn run(
         shutdown: shutdown.clone(),
         yields,
         healthy,
-        releases: lease.watch_releases(),
     };
     let reporter = Reporter::new(&config.identity, state_tx, metrics, progress);
     let code = election::run(lease, policy(&config), NoWork, inputs, reporter).await;
@@ -219,5 +237,5 @@ pub async fn run(
         let _ = http.await;
     }
     tracing::info!(event = "exited", code, "leaderd stopped");
-    Ok(code)
+    code
 }

@@ -42,6 +42,8 @@ pub trait LeaseBackend: Send + Sync + 'static {
         &self,
         timeout: Duration,
     ) -> impl Future<Output = Result<Option<Holder>, LeaseError>> + Send;
+    /// A watch that changes whenever a release of the lease is published.
+    fn watch_releases(&self) -> crate::lease::ReleaseWatch;
 }
 
 impl LeaseBackend for crate::lease::LeaseClient {
@@ -56,6 +58,9 @@ impl LeaseBackend for crate::lease::LeaseClient {
     }
     async fn observe(&self, _timeout: Duration) -> Result<Option<Holder>, LeaseError> {
         crate::lease::LeaseClient::observe(self).await
+    }
+    fn watch_releases(&self) -> crate::lease::ReleaseWatch {
+        crate::lease::LeaseClient::watch_releases(self)
     }
 }
 
@@ -165,8 +170,6 @@ pub struct Inputs {
     pub yields: mpsc::Receiver<()>,
     /// Whether the local service is healthy; a leader yields when it turns false.
     pub healthy: watch::Receiver<bool>,
-    /// Changes whenever a release is published.
-    pub releases: crate::lease::ReleaseWatch,
 }
 
 /// Runs the election until shutdown (returns 0), a loss with `on_lost: exit` (returns 1),
@@ -179,9 +182,19 @@ pub async fn run<B: LeaseBackend, W: LeaderWork>(
     mut inputs: Inputs,
     reporter: Reporter,
 ) -> i32 {
+    let mut releases = lease.watch_releases();
     let mut sit_out_until: Option<Instant> = None;
     let code = loop {
-        let term = match follow(&*lease, &policy, &mut inputs, &reporter, sit_out_until).await {
+        let term = match follow(
+            &*lease,
+            &policy,
+            &mut inputs,
+            &mut releases,
+            &reporter,
+            sit_out_until,
+        )
+        .await
+        {
             Some(term) => term,
             None => break 0,
         };
@@ -206,6 +219,7 @@ async fn follow<B: LeaseBackend>(
     lease: &B,
     policy: &Policy,
     inputs: &mut Inputs,
+    releases: &mut crate::lease::ReleaseWatch,
     reporter: &Reporter,
     sit_out_until: Option<Instant>,
 ) -> Option<Term> {
@@ -257,7 +271,7 @@ async fn follow<B: LeaseBackend>(
         }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = inputs.releases.changed(), if contend => {}
+            _ = releases.changed(), if contend => {}
             _ = health_change(&mut inputs.healthy) => {}
             _ = inputs.yields.recv() => {} // nothing to yield while following
             _ = inputs.shutdown.cancelled() => return None,

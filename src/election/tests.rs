@@ -17,6 +17,7 @@ struct FakeLease {
     fence: AtomicU64,
     down: AtomicBool,
     releases: AtomicU64,
+    released: watch::Sender<u64>,
 }
 
 impl FakeLease {
@@ -86,6 +87,7 @@ impl LeaseBackend for FakeLease {
         if mine {
             *self.held.lock().unwrap() = None;
             self.releases.fetch_add(1, Ordering::SeqCst);
+            self.released.send_modify(|n| *n += 1);
         }
         Ok(mine)
     }
@@ -96,6 +98,9 @@ impl LeaseBackend for FakeLease {
             fence,
             remaining: Some(exp.saturating_duration_since(Instant::now())),
         }))
+    }
+    fn watch_releases(&self) -> ReleaseWatch {
+        ReleaseWatch::from_receiver(self.released.subscribe())
     }
 }
 
@@ -133,12 +138,10 @@ fn start(lease: Arc<FakeLease>, on_lost: AfterLoss) -> Harness {
     let shutdown = CancellationToken::new();
     let (ytx, yrx) = mpsc::channel(4);
     let (_htx, healthy) = watch::channel(true);
-    let (_rtx, rrx) = watch::channel(0u64);
     let inputs = Inputs {
         shutdown: shutdown.clone(),
         yields: yrx,
         healthy,
-        releases: ReleaseWatch::from_receiver(rrx),
     };
     let task = tokio::spawn(run(
         lease.clone(),
