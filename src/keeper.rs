@@ -1,0 +1,262 @@
+//! The keeper: `leaderd __keeper`, leaderd re-executed to start and watch the exec-mode child
+//! of one term, so that the child never outlives the term even while leaderd is paused,
+//! starved, hung or dead.
+//!
+//! The keeper talks to leaderd over its stdin, a Unix socket (see [`crate::exec`]):
+//!
+//! - leaderd sends `extend <ns>` (a new validity) and `stop`;
+//! - the keeper sends `pid <pid>` once the child runs and `exit <code> <cause>` once it has
+//!   been reaped; then it exits.
+//!
+//! Validities are absolute `CLOCK_MONOTONIC` nanoseconds ([`monotonic_ns`]): leaderd and its
+//! keeper share that clock, and an absolute deadline cannot be stretched by the time a
+//! message waits in the socket. The keeper's own deadline is the validity minus the margin it
+//! was given: when it passes without an extension, the child's process group gets SIGKILL.
+//! `stop` sends the stop signal to the group and SIGKILL at `min(now + grace, deadline)`. End
+//! of file on the socket (leaderd went away, even by SIGKILL) means SIGKILL at once.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::time::{clock_gettime, ClockId};
+use nix::unistd::Pid;
+
+mod wire;
+pub use wire::{Cause, Report};
+
+/// Arguments of the hidden `leaderd __keeper` command; only exec mode starts it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KeeperArgs {
+    /// Sent to the child's process group on `stop`.
+    #[arg(long, value_name = "SIGNAL")]
+    pub stop_signal: String,
+    /// Milliseconds between the stop signal and SIGKILL.
+    #[arg(long, value_name = "MS")]
+    pub grace_ms: u64,
+    /// The group is SIGKILLed this many milliseconds before the validity.
+    #[arg(long, value_name = "MS")]
+    pub margin_ms: u64,
+    /// The term's first validity, in `CLOCK_MONOTONIC` nanoseconds.
+    #[arg(long, value_name = "NS")]
+    pub valid_until_ns: u64,
+    /// The child's program and arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Now on `CLOCK_MONOTONIC`, in nanoseconds (the clock of `std::time::Instant` on Linux).
+pub fn monotonic_ns() -> u64 {
+    let now = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
+}
+
+/// The exit code of a status: its code, or 128 + the signal that ended it.
+pub fn exit_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+enum Event {
+    Extend(u64),
+    Stop,
+    Gone,
+    Reaped(ExitStatus),
+}
+
+/// Runs the keeper; returns its own exit code (0 once the child is reaped and reported).
+pub fn main(args: KeeperArgs) -> i32 {
+    // leaderd decides when the child stops: terminal and service-manager signals aimed at
+    // our process group must not kill the keeper and orphan the child. Handlers (unlike an
+    // ignored disposition) are reset for the child by exec.
+    let ignored = Arc::new(AtomicBool::new(false));
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        let _ = signal_hook::flag::register(sig as i32, ignored.clone());
+    }
+    let Some(stop_signal) = Signal::from_str(&args.stop_signal).ok() else {
+        eprintln!("leaderd keeper: bad --stop-signal {}", args.stop_signal);
+        return 2;
+    };
+    let link = match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => UnixStream::from(fd),
+        Err(err) => {
+            eprintln!("leaderd keeper: no link to leaderd on stdin: {err}");
+            return 2;
+        }
+    };
+    let mut out = match link.try_clone() {
+        Ok(out) => out,
+        Err(err) => {
+            eprintln!("leaderd keeper: {err}");
+            return 2;
+        }
+    };
+    let margin = Duration::from_millis(args.margin_ms);
+    let deadline = instant_of(args.valid_until_ns, margin);
+    if Instant::now() >= deadline {
+        send(&mut out, &format!("exit 137 {}", Cause::Expired.as_str()));
+        return 0;
+    }
+    let (tx, events) = mpsc::channel();
+    let reader = tx.clone();
+    std::thread::spawn(move || read_requests(link, reader));
+    let mut child = match Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(err) => {
+            let code = match err.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                std::io::ErrorKind::PermissionDenied => 126,
+                _ => 1,
+            };
+            eprintln!("leaderd keeper: cannot run {:?}: {err}", args.command[0]);
+            send(
+                &mut out,
+                &format!("exit {code} {}", Cause::SpawnFailed.as_str()),
+            );
+            return 0;
+        }
+    };
+    let group = Pid::from_raw(child.id() as i32);
+    send(&mut out, &format!("pid {group}"));
+    std::thread::spawn(move || {
+        if let Ok(status) = child.wait() {
+            let _ = tx.send(Event::Reaped(status));
+        }
+    });
+    let watch = Watch {
+        group,
+        stop_signal,
+        grace: Duration::from_millis(args.grace_ms),
+        margin,
+        deadline,
+    };
+    let (status, cause) = watch.run(&events);
+    send(
+        &mut out,
+        &format!("exit {} {}", exit_code(status), cause.as_str()),
+    );
+    0
+}
+
+/// The child's group and when it must be dead.
+struct Watch {
+    group: Pid,
+    stop_signal: Signal,
+    grace: Duration,
+    margin: Duration,
+    /// The validity minus the margin.
+    deadline: Instant,
+}
+
+impl Watch {
+    /// Follows leaderd's requests until the child has been reaped.
+    fn run(mut self, events: &mpsc::Receiver<Event>) -> (ExitStatus, Cause) {
+        let mut stop_at: Option<Instant> = None;
+        let mut cause = Cause::Exited;
+        let mut killed = false;
+        loop {
+            let due = stop_at.map_or(self.deadline, |at| at.min(self.deadline));
+            let now = Instant::now();
+            if !killed && now >= due {
+                self.kill(Signal::SIGKILL);
+                killed = true;
+                if stop_at.is_none() {
+                    cause = Cause::Expired;
+                }
+            }
+            let event = if killed {
+                events
+                    .recv()
+                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+            } else {
+                events.recv_timeout(due - now)
+            };
+            match event {
+                Ok(Event::Extend(ns)) if stop_at.is_none() && !killed => {
+                    self.deadline = instant_of(ns, self.margin);
+                }
+                Ok(Event::Stop) if stop_at.is_none() && !killed => {
+                    self.kill(self.stop_signal);
+                    stop_at = Some(Instant::now() + self.grace);
+                    cause = Cause::Stopped;
+                }
+                Ok(Event::Gone) if !killed => {
+                    self.kill(Signal::SIGKILL);
+                    killed = true;
+                    cause = Cause::Orphaned;
+                }
+                Ok(Event::Reaped(status)) => {
+                    // Whatever it left behind in its group goes with it.
+                    self.kill(Signal::SIGKILL);
+                    return (status, cause);
+                }
+                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.kill(Signal::SIGKILL);
+                    return (ExitStatus::from_raw(Signal::SIGKILL as i32), cause);
+                }
+            }
+        }
+    }
+
+    fn kill(&self, signal: Signal) {
+        let _ = killpg(self.group, signal);
+    }
+}
+
+/// The instant `margin` before the monotonic `ns`; now if that has passed.
+fn instant_of(ns: u64, margin: Duration) -> Instant {
+    let left = Duration::from_nanos(ns.saturating_sub(monotonic_ns()));
+    Instant::now() + left.saturating_sub(margin)
+}
+
+fn read_requests(link: UnixStream, events: mpsc::Sender<Event>) {
+    for line in BufReader::new(link).lines() {
+        let Ok(line) = line else { break };
+        let mut words = line.split_whitespace();
+        let event = match (words.next(), words.next()) {
+            (Some("extend"), Some(ns)) => ns.parse().ok().map(Event::Extend),
+            (Some("stop"), None) => Some(Event::Stop),
+            _ => None,
+        };
+        if let Some(event) = event {
+            if events.send(event).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = events.send(Event::Gone);
+}
+
+fn send(out: &mut UnixStream, line: &str) {
+    let _ = out.write_all(format!("{line}\n").as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_subtract_the_margin() {
+        let at = instant_of(monotonic_ns() + 1_000_000_000, Duration::from_millis(300));
+        let left = at.saturating_duration_since(Instant::now());
+        assert!(left <= Duration::from_millis(700), "{left:?}");
+        assert!(left >= Duration::from_millis(600), "{left:?}");
+        let past = instant_of(monotonic_ns(), Duration::from_millis(300));
+        assert!(past <= Instant::now());
+    }
+}

@@ -1,0 +1,181 @@
+//! Shared by `tests/exec.rs`: the writer child, reading its lines back, the checks over
+//! children and logs, leader detection and process inspection through `/proc`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::safety::field_u64;
+use crate::support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer, Term};
+
+pub const POLL: Duration = Duration::from_millis(25);
+/// Generous: the machine is small and shared.
+pub const SLOW: Duration = Duration::from_secs(15);
+pub const GRACE_300: &str = "exec:\n  grace_period: 300ms\n";
+
+/// A perl child appending `<unix_ms> <fence>` to `out` every 4ms; optionally deaf to SIGTERM.
+pub fn writer(out: &Path, ignore_term: bool) -> Vec<String> {
+    let deaf = if ignore_term {
+        "$SIG{TERM} = 'IGNORE'; "
+    } else {
+        ""
+    };
+    let prog = format!(
+        "{deaf}use Time::HiRes qw(time sleep); open(my $f, '>>', $ARGV[0]) or die \"open: $!\"; \
+         select((select($f), $| = 1)[0]); \
+         while (1) {{ printf $f \"%d %s\\n\", int(time() * 1000), $ENV{{LEADERD_FENCE}}; sleep(0.004); }}"
+    );
+    vec!["perl".into(), "-e".into(), prog, out.display().to_string()]
+}
+
+/// `fence -> (first ms, last ms, lines)` of the writer output.
+pub fn spans(out: &Path) -> BTreeMap<u64, (u64, u64, usize)> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let mut spans: BTreeMap<u64, (u64, u64, usize)> = BTreeMap::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(Ok(ms)), Some(Ok(fence))) = (
+            words.next().map(str::parse::<u64>),
+            words.next().map(str::parse::<u64>),
+        ) else {
+            continue; // a line cut by SIGKILL in the middle
+        };
+        let span = spans.entry(fence).or_insert((ms, ms, 0));
+        span.0 = span.0.min(ms);
+        span.1 = span.1.max(ms);
+        span.2 += 1;
+    }
+    spans
+}
+
+/// The safety of the logs, then of the children: every child line lies within its own
+/// term (after `acquired_at_ms`, before the term's last `lease_valid_until_ms`), and no two
+/// children's lifetimes overlap. Returns the spans.
+pub fn check_children(daemons: &[&Daemon], out: &Path) -> BTreeMap<u64, (u64, u64, usize)> {
+    let logs: Vec<(String, Vec<Value>)> = daemons.iter().map(|d| d.safety_log()).collect();
+    let terms: Vec<Term> = check_logs(&logs).unwrap_or_else(|e| panic!("{e}"));
+    let spans = spans(out);
+    for (fence, &(first, last, _)) in &spans {
+        let term = terms
+            .iter()
+            .find(|t| t.fence == *fence)
+            .unwrap_or_else(|| panic!("a child ran with fence {fence}, which no replica logged"));
+        assert!(
+            first >= term.acquired_at_ms,
+            "fence {fence}: a line at {first} before acquired_at_ms {}",
+            term.acquired_at_ms
+        );
+        assert!(
+            last < term.last_valid_until_ms,
+            "fence {fence}: a line at {last}, not before the last lease_valid_until_ms {} ({term:?})",
+            term.last_valid_until_ms
+        );
+        eprintln!(
+            "fence {fence}: {} lines, the last {}ms before the validity",
+            spans[fence].2,
+            term.last_valid_until_ms - last
+        );
+    }
+    let list: Vec<(u64, (u64, u64, usize))> = spans.iter().map(|(f, s)| (*f, *s)).collect();
+    for (i, (f1, (a1, b1, _))) in list.iter().enumerate() {
+        for (f2, (a2, b2, _)) in &list[i + 1..] {
+            assert!(
+                b1 < a2 || b2 < a1,
+                "children of fences {f1} [{a1}..{b1}] and {f2} [{a2}..{b2}] were alive together"
+            );
+        }
+    }
+    spans
+}
+
+pub fn opts(name: &str, identity: &str, url: &str, extra: &str, exec: Vec<String>) -> DaemonOpts {
+    let mut o = DaemonOpts::new(name, identity, url);
+    o.extra_yaml = extra.to_string();
+    o.exec = exec;
+    o
+}
+
+/// The one daemon among `among` whose `/leader` says it leads, once exactly one does.
+pub fn wait_leader(ds: &[Daemon], among: &[usize], timeout: Duration) -> usize {
+    wait_until(timeout, POLL, || {
+        let leaders: Vec<usize> = among
+            .iter()
+            .copied()
+            .filter(|&i| {
+                ds[i]
+                    .status_doc()
+                    .is_some_and(|d| d["is_leader"] == Value::Bool(true))
+            })
+            .collect();
+        (leaders.len() == 1).then(|| leaders[0])
+    })
+    .unwrap_or_else(|| panic!("no single leader among {among:?} within {timeout:?}"))
+}
+
+pub fn events(d: &Daemon, name: &str) -> Vec<Value> {
+    d.events_named(name)
+}
+
+pub fn wait_event(d: &Daemon, name: &str, n: usize, timeout: Duration) -> Value {
+    wait_until(timeout, POLL, || events(d, name).get(n - 1).cloned()).unwrap_or_else(|| {
+        panic!(
+            "{}: fewer than {n} `{name}` within {timeout:?}",
+            d.identity()
+        )
+    })
+}
+
+pub fn u64_of(ev: &Value, key: &str) -> u64 {
+    field_u64(ev, key).unwrap_or_else(|| panic!("no `{key}` in {ev}"))
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Every living descendant of `pid`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        if let Some((_, rest)) = stat.rsplit_once(')') {
+            let mut f = rest.split_whitespace();
+            let state = f.next().unwrap_or("Z");
+            if let Some(Ok(ppid)) = f.next().map(str::parse::<u32>) {
+                if state != "Z" {
+                    parents.push((p, ppid));
+                }
+            }
+        }
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() && i < 10_000 {
+        let cur = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == cur).map(|(p, _)| *p));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The pid of the current term's child, from its `child_started` line.
+pub fn child_pid(d: &Daemon, n: usize) -> u32 {
+    u64_of(&wait_event(d, "child_started", n, SLOW), "pid") as u32
+}
+
+pub fn lock_exists(redis: &RedisServer, name: &str) -> bool {
+    redis.cmd(&["EXISTS", &format!("leaderd:{{{name}}}:lock")]) == "1"
+}
