@@ -312,6 +312,7 @@ async fn lead<B: LeaseBackend, W: LeaderWork>(
         }
         let budget = t.command_timeout.min(deadline - now);
         let outcome = lease.renew(&mut term, budget).await;
+        reporter.attempted();
         reporter.renew_result(&outcome, now.elapsed());
         match outcome {
             Ok(()) => {

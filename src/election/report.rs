@@ -23,6 +23,9 @@ struct ErrorLog {
     failing: u64,
 }
 
+/// A leader (none while vacant or quarantined) and its fence, as last logged.
+type Seen = (Option<String>, Option<u64>);
+
 /// Publishes what the elector does. Cheap to clone.
 #[derive(Clone)]
 pub struct Reporter {
@@ -30,7 +33,8 @@ pub struct Reporter {
     metrics: Arc<Metrics>,
     progress: Progress,
     identity: String,
-    first_seen: Arc<Mutex<Option<Option<String>>>>,
+    /// The leader and fence last logged; a new term of the same leader is a change too.
+    first_seen: Arc<Mutex<Option<Seen>>>,
     errors: Arc<Mutex<ErrorLog>>,
 }
 
@@ -69,8 +73,9 @@ impl Reporter {
         let fence = leader.as_ref().map(|_| holder.fence);
         let changed = {
             let mut seen = self.first_seen.lock().expect("reporter lock");
-            let changed = seen.as_ref() != Some(&leader);
-            *seen = Some(leader.clone());
+            let now = (leader.clone(), fence);
+            let changed = seen.as_ref() != Some(&now);
+            *seen = Some(now);
             changed
         };
         if changed {
@@ -145,7 +150,8 @@ impl Reporter {
     pub fn acquired(&self, term: &Term) {
         self.recovered();
         self.metrics.transition();
-        *self.first_seen.lock().expect("reporter lock") = Some(Some(self.identity.clone()));
+        *self.first_seen.lock().expect("reporter lock") =
+            Some((Some(self.identity.clone()), Some(term.fence)));
         self.state.send_modify(|s| {
             with_phase(s, Phase::Leader);
             s.leader = Some(self.identity.clone());

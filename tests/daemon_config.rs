@@ -1,0 +1,342 @@
+//! Issue 3, bad inputs and `status`: every configuration rule broken gives exit 2 and one line
+//! naming the key (for `check-config` and `run`), `status` exit codes and `--json` shape, and
+//! a taken HTTP address. Runs the real binary.
+
+mod daemon_common;
+mod support;
+
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use daemon_common::*;
+use support::{run_cli, CliOutput, Daemon, DaemonOpts, RedisServer};
+
+const CLI_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A valid config: nothing published, Redis on a port where nobody listens (never 6379).
+fn base_config() -> String {
+    let nowhere = format!("redis://127.0.0.1:{}/0", support::free_port());
+    config_for(&nowhere)
+}
+
+/// A valid config for the Redis at `url`, with nothing published.
+fn config_for(url: &str) -> String {
+    format!(
+        "name: cfg\n\
+         identity: replica-a\n\
+         redis:\n  url: {url}\n  command_timeout: 200ms\n\
+         election:\n  lease_duration: 2s\n  renew_deadline: 1400ms\n  retry_period: 300ms\n  jitter: 0.2\n\
+         publish:\n  http_addr: \"\"\n  leader_file: \"\"\n"
+    )
+}
+
+fn write(dir: &Path, text: &str) -> String {
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, text).expect("write config");
+    path.to_str().expect("utf-8 path").to_string()
+}
+
+fn cli(args: &[&str]) -> CliOutput {
+    run_cli(args, &[], CLI_TIMEOUT)
+}
+
+/// Exit 2 and exactly one line on stderr that contains every one of `needles`; no panic,
+/// no backtrace, nothing on stdout.
+fn assert_one_line_error(out: &CliOutput, needles: &[&str], what: &str) {
+    assert_eq!(out.code, Some(2), "{what}: exit code: {out:?}");
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 1, "{what}: not one line: {out:?}");
+    for needle in needles {
+        assert!(
+            lines[0].contains(needle),
+            "{what}: {needle:?} not in {:?}",
+            lines[0]
+        );
+    }
+    let lower = out.stderr.to_lowercase();
+    assert!(
+        !lower.contains("panicked") && !lower.contains("backtrace"),
+        "{what}: {out:?}"
+    );
+    assert!(
+        out.stdout.trim().is_empty(),
+        "{what}: printed a config anyway: {out:?}"
+    );
+}
+
+/// Each case: (what, config text, words the one-line message must contain).
+fn broken_configs() -> Vec<(&'static str, String, Vec<&'static str>)> {
+    let base = base_config();
+    let with = |from: &str, to: &str| {
+        assert!(base.contains(from), "{from} not in the base config");
+        base.replacen(from, to, 1)
+    };
+    vec![
+        (
+            "lease_duration > renew_deadline",
+            with("lease_duration: 2s", "lease_duration: 1400ms"),
+            vec!["lease_duration", "renew_deadline"],
+        ),
+        (
+            "renew_deadline > retry_period * (1 + jitter)",
+            with("retry_period: 300ms", "retry_period: 1200ms"),
+            vec!["renew_deadline", "retry_period", "jitter"],
+        ),
+        (
+            "command_timeout < retry_period",
+            with("command_timeout: 200ms", "command_timeout: 300ms"),
+            vec!["redis.command_timeout", "retry_period"],
+        ),
+        (
+            "jitter above 1",
+            with("jitter: 0.2", "jitter: 1.5"),
+            vec!["election.jitter", "1.5"],
+        ),
+        (
+            "jitter below 0",
+            with("jitter: 0.2", "jitter: -0.1"),
+            vec!["election.jitter"],
+        ),
+        (
+            "exec.grace_period < lease_duration - renew_deadline",
+            format!("{base}exec:\n  command: [sleep, \"10\"]\n  grace_period: 1s\n"),
+            vec!["exec.grace_period", "lease_duration", "renew_deadline"],
+        ),
+        (
+            "redlock needs an odd number >= 3 of urls",
+            with(
+                &base
+                    .lines()
+                    .find(|l| l.contains("url: redis://"))
+                    .map(|l| format!("{l}\n"))
+                    .unwrap(),
+                "  mode: redlock\n  urls: [\"redis://127.0.0.1:1\", \"redis://127.0.0.1:2\"]\n",
+            ),
+            vec!["redis.urls", "3"],
+        ),
+        (
+            "name characters",
+            with("name: cfg", "name: \"bad name!\""),
+            vec!["name", "bad name!"],
+        ),
+        (
+            "a duration without a unit",
+            with("lease_duration: 2s", "lease_duration: 2 seconds"),
+            vec!["election.lease_duration", "2 seconds"],
+        ),
+        (
+            "an unknown key, with the nearest known key suggested",
+            with("lease_duration: 2s", "lease_duraton: 2s"),
+            vec!["election.lease_duraton", "election.lease_duration"],
+        ),
+        (
+            "an unset ${VAR}",
+            with(
+                "identity: replica-a",
+                "identity: ${LEADERD_TEST_UNSET_VAR_3F9}",
+            ),
+            vec!["LEADERD_TEST_UNSET_VAR_3F9", "identity"],
+        ),
+        (
+            "a bad HTTP address",
+            with("http_addr: \"\"", "http_addr: \"not-an-address\""),
+            vec!["publish.http_addr", "not-an-address"],
+        ),
+    ]
+}
+
+#[test]
+fn every_broken_rule_is_exit_2_and_one_line_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    // The base itself is fine (check-config prints it; exit 0).
+    let path = write(dir.path(), &base_config());
+    let ok = cli(&["check-config", "--config", &path]);
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+    assert!(ok.stdout.contains("lease_duration"), "{ok:?}");
+
+    for (what, text, needles) in broken_configs() {
+        let path = write(dir.path(), &text);
+        for command in ["check-config", "run", "status"] {
+            let out = cli(&[command, "--config", &path]);
+            assert_one_line_error(&out, &needles, &format!("{command}: {what}"));
+        }
+    }
+}
+
+#[test]
+fn missing_file_bad_usage_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.yaml");
+    let missing = missing.to_str().unwrap();
+    for command in ["check-config", "run", "status"] {
+        let out = cli(&[command, "--config", missing]);
+        assert_one_line_error(&out, &[missing], &format!("{command}: missing file"));
+    }
+    // $LEADERD_CONFIG is used when --config is not given.
+    let out = run_cli(
+        &["check-config"],
+        &[("LEADERD_CONFIG", missing)],
+        CLI_TIMEOUT,
+    );
+    assert_one_line_error(&out, &[missing], "LEADERD_CONFIG: missing file");
+
+    // Bad usage: exit 2.
+    assert_eq!(cli(&["run", "--no-such-flag"]).code, Some(2));
+    assert_eq!(cli(&[]).code, Some(2));
+    assert_eq!(cli(&["frobnicate"]).code, Some(2));
+    let version = cli(&["--version"]);
+    assert_eq!(version.code, Some(0), "{version:?}");
+    assert!(
+        version.stdout.contains(env!("CARGO_PKG_VERSION")),
+        "{version:?}"
+    );
+
+    // A flag that breaks a rule is reported by the flag's key; flags beat the file.
+    let path = write(dir.path(), &base_config());
+    let out = cli(&["check-config", "--config", &path, "--lease-duration", "1s"]);
+    assert_one_line_error(&out, &["lease_duration"], "flag breaking a rule");
+    let out = cli(&[
+        "check-config",
+        "--config",
+        &path,
+        "--lease-duration",
+        "soon",
+    ]);
+    assert_one_line_error(&out, &["lease-duration", "soon"], "bad flag value");
+    let env = [("LEADERD_IDENTITY", "from-env")];
+    let out = run_cli(&["check-config", "--config", &path], &env, CLI_TIMEOUT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("from-env"), "{out:?}");
+    let args = ["check-config", "--config", &path, "--identity", "from-flag"];
+    let out = run_cli(&args, &env, CLI_TIMEOUT);
+    assert!(
+        out.stdout.contains("from-flag") && !out.stdout.contains("from-env"),
+        "{out:?}"
+    );
+}
+
+fn status(path: &str) -> (Option<i32>, Value, CliOutput) {
+    let out = cli(&["status", "--config", path, "--json"]);
+    let doc = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+    (out.code, doc, out)
+}
+
+fn assert_status_shape(doc: &Value) {
+    let keys: BTreeSet<&str> = doc
+        .as_object()
+        .unwrap_or_else(|| panic!("not a JSON object: {doc}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let want: BTreeSet<&str> = ["name", "state", "holder", "fence", "remaining_ms"].into();
+    assert_eq!(keys, want, "{doc}");
+}
+
+#[test]
+fn status_exit_codes_and_json_shape() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let unreachable = base_config();
+    let path_down = write(dir.path(), &unreachable);
+    let (code, _, out) = status(&path_down);
+    assert_eq!(code, Some(1), "unreachable Redis: {out:?}");
+    assert!(!out.stderr.trim().is_empty(), "{out:?}");
+    let text = cli(&["status", "--config", &path_down]);
+    assert_eq!(text.code, Some(1), "{text:?}");
+
+    let dir2 = tempfile::tempdir().unwrap();
+    let up = config_for(&redis.url());
+    let path = write(dir2.path(), &up);
+    let key = "leaderd:{cfg}:lock";
+
+    // Vacant: exit 3.
+    let (code, doc, out) = status(&path);
+    assert_eq!(code, Some(3), "vacant: {out:?}");
+    assert_status_shape(&doc);
+    assert_eq!(doc["state"], "vacant");
+    assert_eq!(doc["name"], "cfg");
+    assert_eq!(doc["holder"], Value::Null);
+    assert_eq!(doc["fence"], Value::Null);
+    assert_eq!(doc["remaining_ms"], Value::Null);
+    assert_eq!(cli(&["status", "--config", &path]).code, Some(3));
+
+    // Quarantined (the placeholder of the contract): exit 3.
+    redis.cmd(&[
+        "HSET",
+        key,
+        "holder",
+        "",
+        "token",
+        "",
+        "fence",
+        "1000",
+        "acquired_at_ms",
+        "1",
+    ]);
+    redis.cmd(&["PEXPIRE", key, "60000"]);
+    let (code, doc, out) = status(&path);
+    assert_eq!(code, Some(3), "quarantined: {out:?}");
+    assert_status_shape(&doc);
+    assert_eq!(doc["state"], "quarantined");
+    assert_eq!(doc["holder"], Value::Null);
+    let text = cli(&["status", "--config", &path]);
+    assert_eq!(text.code, Some(3));
+    assert!(text.stdout.contains("quarantined"), "{text:?}");
+
+    // Held: exit 0 with holder, fence and time left.
+    redis.cmd(&[
+        "HSET", key, "holder", "pod-x", "token", "t", "fence", "1001",
+    ]);
+    redis.cmd(&["PEXPIRE", key, "60000"]);
+    let (code, doc, out) = status(&path);
+    assert_eq!(code, Some(0), "held: {out:?}");
+    assert_status_shape(&doc);
+    assert_eq!(doc["state"], "held");
+    assert_eq!(doc["holder"], "pod-x");
+    assert_eq!(doc["fence"], 1001);
+    let left = doc["remaining_ms"].as_u64().expect("remaining_ms");
+    assert!(left > 50_000 && left <= 60_000, "{doc}");
+    let text = cli(&["status", "--config", &path]);
+    assert_eq!(text.code, Some(0));
+    assert_eq!(text.stdout.trim().lines().count(), 1, "{text:?}");
+    assert!(
+        text.stdout.contains("pod-x") && text.stdout.contains("1001"),
+        "{text:?}"
+    );
+}
+
+#[test]
+fn http_address_in_use_is_exit_1_naming_it() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let nowhere = format!("redis://127.0.0.1:{}/0", support::free_port());
+    let mut opts = DaemonOpts::new("inuse", "replica-a", &nowhere);
+    opts.extra_yaml = format!("publish:\n  http_addr: \"{addr}\"\n");
+    let mut d = Daemon::spawn(&opts);
+    let code = d.wait_exit(Duration::from_secs(5));
+    assert_eq!(code, Some(1), "{}", d.log());
+    let log = d.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("publish.http_addr") && l.contains(&addr))
+        .unwrap_or_else(|| panic!("no line naming publish.http_addr {addr}:\n{log}"));
+    assert!(!log.contains("panicked"), "{log}");
+    println!("{line}");
+
+    // The same through the flag.
+    let mut opts = DaemonOpts::new("inuse", "replica-a", &nowhere);
+    opts.extra_args = vec!["--http-addr".into(), addr.clone()];
+    let mut d = Daemon::spawn(&opts);
+    assert_eq!(d.wait_exit(Duration::from_secs(5)), Some(1), "{}", d.log());
+    assert!(d.log().contains(&addr), "{}", d.log());
+    drop(taken);
+    let _ = now_ms();
+}
