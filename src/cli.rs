@@ -46,6 +46,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Internal: the keeper of an exec-mode child (started by `run`, not by users).
+    #[command(name = "__keeper", hide = true)]
+    Keeper(crate::keeper::KeeperArgs),
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +129,7 @@ pub fn main() -> i32 {
         Command::Run { common, command } => run(common.overrides(command)),
         Command::CheckConfig { common } => check_config(&common.overrides(Vec::new())),
         Command::Status { common, json } => status(&common.overrides(Vec::new()), json),
+        Command::Keeper(args) => crate::keeper::main(args),
     }
 }
 
@@ -196,7 +200,7 @@ fn status(overrides: &Overrides, json: bool) -> i32 {
         Ok(config) => config,
         Err(code) => return code,
     };
-    let lease = match daemon::lease_client(&config) {
+    let lease = match daemon::observer(&config) {
         Ok(lease) => lease,
         Err(err) => {
             eprintln!("leaderd: {err}");

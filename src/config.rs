@@ -102,6 +102,21 @@ pub struct RedisConfig {
     pub command_timeout: Duration,
     /// When > 0, an acquire or renew counts only after that many replicas acknowledged it.
     pub min_replicas_ack: u32,
+    /// `redis.tls` (an optional addition to the contract): the files for `rediss://`
+    /// connections. None: the system's CA roots, no client certificate.
+    pub tls: Option<TlsConfig>,
+}
+
+/// Files for TLS connections (`rediss://`). Paths only: the contents are read when the
+/// client is made, and never printed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TlsConfig {
+    /// PEM CA bundle to verify the servers with, instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (with `key_file`), for servers that ask for one.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
 }
 
 /// What a replica does after losing a term for a reason other than shutdown or yield.

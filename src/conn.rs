@@ -4,9 +4,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError};
+use redis::aio::ConnectionLike;
+use redis::{Client, ErrorKind, RedisError};
 use tokio::sync::Mutex;
+
+use crate::connector::{Conn, Connector};
 
 /// What went wrong talking to Redis, in the kinds the metrics count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,10 +69,17 @@ impl RedisFailure {
     }
 
     fn from_redis(err: &RedisError) -> Self {
-        let code = err.code().map(str::to_owned);
+        // A pipeline's server error (e.g. WRONGTYPE from HMGET) has no `code()` of its own.
+        let code = err.code().map(str::to_owned).or_else(|| {
+            let errors = err.clone().into_server_errors()?;
+            errors.first().map(|(_, e)| e.code().to_owned())
+        });
         let kind = match (err.kind(), code.as_deref()) {
             (_, Some("NOAUTH" | "WRONGPASS" | "NOPERM")) => FailureKind::Auth,
             (ErrorKind::AuthenticationFailed, _) => FailureKind::Auth,
+            // A replica (a demoted master after a failover): connect again, which for
+            // Sentinel means asking where the master is now.
+            (_, Some("READONLY" | "MASTERDOWN")) => FailureKind::Connection,
             _ if err.is_timeout() => FailureKind::Timeout,
             _ if err.is_io_error()
                 || err.is_connection_dropped()
@@ -95,21 +104,59 @@ impl RedisFailure {
 /// A Redis endpoint with its timeouts. Calls share one multiplexed connection; a timeout or a
 /// broken link drops it, and the next call connects again.
 pub struct Endpoint {
-    client: Client,
+    connector: Connector,
     connect_timeout: Duration,
     command_timeout: Duration,
-    slot: Mutex<Option<MultiplexedConnection>>,
+    min_replicas_ack: u32,
+    slot: Mutex<Option<Conn>>,
+    /// The connector's epoch when the connection in `slot` was made.
+    slot_epoch: std::sync::atomic::AtomicU64,
 }
 
 impl Endpoint {
     /// An endpoint for `client`. No connection is made until the first call.
     pub fn new(client: Client, connect_timeout: Duration, command_timeout: Duration) -> Self {
+        Self::with_connector(Connector::Direct(client), connect_timeout, command_timeout)
+    }
+
+    /// An endpoint whose connections come from `connector` (a server, the Sentinel master,
+    /// a cluster). No connection is made until the first call.
+    pub fn with_connector(
+        connector: Connector,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Self {
         Endpoint {
-            client,
+            connector,
             connect_timeout,
             command_timeout,
+            min_replicas_ack: 0,
             slot: Mutex::new(None),
+            slot_epoch: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Writes through this endpoint count only once `replicas` replicas acknowledged them
+    /// (`WAIT`, see [`Conn::wait_for_replicas`]); 0, the default, waits for none.
+    pub fn with_min_replicas_ack(mut self, replicas: u32) -> Self {
+        self.min_replicas_ack = replicas;
+        self
+    }
+
+    /// How many replicas must acknowledge a write (`redis.min_replicas_ack`).
+    pub fn min_replicas_ack(&self) -> u32 {
+        self.min_replicas_ack
+    }
+
+    /// The `WAIT` timeout in ms for a call begun at `started` with `timeout` (the command
+    /// timeout when `None`): what is left of the budget, less a margin so that the answer
+    /// arrives before the call itself times out. At least 1 (0 would block forever).
+    pub fn wait_budget_ms(&self, timeout: Option<Duration>, started: tokio::time::Instant) -> u64 {
+        let left = timeout
+            .unwrap_or(self.command_timeout)
+            .saturating_sub(started.elapsed());
+        let margin = left / 5 + Duration::from_millis(2);
+        (left.saturating_sub(margin).as_millis() as u64).max(1)
     }
 
     /// The default timeout of one command.
@@ -117,9 +164,9 @@ impl Endpoint {
         self.command_timeout
     }
 
-    /// The client, for opening dedicated connections (pub/sub).
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// Where connections come from, for opening dedicated ones (pub/sub).
+    pub fn connector(&self) -> &Connector {
+        &self.connector
     }
 
     /// The connect timeout.
@@ -127,29 +174,36 @@ impl Endpoint {
         self.connect_timeout
     }
 
-    async fn connection(&self, budget: Duration) -> Result<MultiplexedConnection, RedisFailure> {
+    async fn connection(&self, budget: Duration) -> Result<Conn, RedisFailure> {
+        use std::sync::atomic::Ordering;
         let mut slot = self.slot.lock().await;
+        let epoch = self.connector.epoch();
         if let Some(conn) = slot.as_ref() {
-            return Ok(conn.clone());
+            if self.slot_epoch.load(Ordering::SeqCst) == epoch {
+                return Ok(conn.clone());
+            }
         }
         let limit = budget.min(self.connect_timeout);
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(limit))
-            .set_response_timeout(None);
-        let connect = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
+        let connect = self.connector.connect(limit);
         let conn = match tokio::time::timeout(limit, connect).await {
             Err(_) => return Err(RedisFailure::timeout("connecting to Redis", limit)),
             Ok(Err(e)) => return Err(RedisFailure::from_redis(&e)),
             Ok(Ok(conn)) => conn,
         };
         *slot = Some(conn.clone());
+        self.slot_epoch.store(epoch, Ordering::SeqCst);
         Ok(conn)
     }
 
     async fn forget(&self) {
         *self.slot.lock().await = None;
+    }
+
+    /// Drops the shared connection, so that the next call connects again (for Sentinel:
+    /// asks where the master is). Used when a write was not acknowledged by enough
+    /// replicas, which is what a master cut off by a failover looks like.
+    pub async fn reset(&self) {
+        self.forget().await;
     }
 
     /// Runs `call` on the shared connection, connecting first when needed, all within
@@ -164,7 +218,7 @@ impl Endpoint {
         call: F,
     ) -> Result<T, RedisFailure>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let budget = timeout.unwrap_or(self.command_timeout);

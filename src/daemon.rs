@@ -11,8 +11,9 @@ use crate::config::{Config, OnExit, OnLost, RedisMode};
 use crate::election::{
     self, AfterLoss, AfterWorkExit, Inputs, LeaseBackend, NoWork, Policy, Reporter, Timing,
 };
-use crate::lease::{LeaseClient, LeaseSpec};
+use crate::lease::{Holder, LeaseClient, LeaseError, LeaseSpec};
 use crate::metrics::Metrics;
+use crate::redlock::RedlockClient;
 use crate::state::{Progress, Snapshot};
 
 /// Why the daemon could not run at all.
@@ -38,31 +39,11 @@ pub enum DaemonError {
 /// one line naming the key.
 pub fn unsupported(config: &Config) -> Vec<String> {
     let mut problems = Vec::new();
-    let mode = match config.redis.mode {
-        RedisMode::Single => None,
-        RedisMode::Sentinel => Some("sentinel"),
-        RedisMode::Redlock => Some("redlock"),
-        RedisMode::Cluster => Some("cluster"),
-    };
-    if let Some(mode) = mode {
+    if config.redis.min_replicas_ack > 0 && config.redis.mode == RedisMode::Redlock {
         problems.push(format!(
-            "redis.mode: {mode} is not supported yet (allowed now: single)"
-        ));
-    }
-    if config.redis.min_replicas_ack > 0 {
-        problems.push(format!(
-            "redis.min_replicas_ack: {} is not supported yet (allowed now: 0)",
+            "redis.min_replicas_ack: {} is not supported with mode redlock (its nodes are independent masters; allowed: 0)",
             config.redis.min_replicas_ack
         ));
-    }
-    if config.election.health_check.is_some() {
-        problems.push("election.health_check: is not supported yet (remove it)".into());
-    }
-    if !config.exec.command.is_empty() {
-        problems.push(
-            "exec.command: exec mode is not supported yet (remove exec.command or `-- COMMAND`)"
-                .into(),
-        );
     }
     problems
 }
@@ -89,27 +70,12 @@ pub async fn bind_http(config: &Config) -> Result<Option<TcpListener>, DaemonErr
 /// # Errors
 /// [`DaemonError::BadRedis`] when the URL does not parse.
 pub fn redis_client(config: &Config) -> Result<redis::Client, DaemonError> {
-    use redis::IntoConnectionInfo;
     let url = config
         .redis
         .url
         .as_deref()
         .unwrap_or("redis://127.0.0.1:6379/0");
-    let bad = || {
-        DaemonError::BadRedis(
-            "redis.url: not a valid Redis URL (redis://host:port/db, rediss://..., unix:///path)"
-                .into(),
-        )
-    };
-    let info = url.into_connection_info().map_err(|_| bad())?;
-    let mut settings = info.redis_settings().clone();
-    if let Some(user) = &config.redis.username {
-        settings = settings.set_username(user);
-    }
-    if let Some(password) = &config.redis.password {
-        settings = settings.set_password(password.expose());
-    }
-    redis::Client::open(info.set_redis_settings(settings)).map_err(|_| bad())
+    crate::connector::client_for_url(config, url, "redis.url").map_err(DaemonError::BadRedis)
 }
 
 /// The lease client of the configuration.
@@ -125,7 +91,77 @@ pub fn lease_client(config: &Config) -> Result<LeaseClient, DaemonError> {
         command_timeout: config.redis.command_timeout,
         connect_timeout: config.redis.connect_timeout,
     };
-    Ok(LeaseClient::with_client(redis_client(config)?, spec))
+    let connector = crate::connector::from_config(config).map_err(DaemonError::BadRedis)?;
+    Ok(LeaseClient::with_connector(
+        connector,
+        spec,
+        config.redis.min_replicas_ack,
+    ))
+}
+
+/// The Redlock client of the configuration (mode redlock): one client per `redis.urls`
+/// entry, each with the configuration's credentials and TLS files.
+///
+/// # Errors
+/// [`DaemonError::BadRedis`] when a URL does not parse, a TLS file cannot be used, or the
+/// number of URLs is not odd and >= 3.
+pub fn redlock_client(config: &Config) -> Result<RedlockClient, DaemonError> {
+    let clients = config
+        .redis
+        .urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            crate::connector::client_for_url(config, url, &format!("redis.urls[{i}]"))
+                .map_err(DaemonError::BadRedis)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RedlockClient::with_clients(clients, lease_spec(config))
+        .map_err(|e| DaemonError::BadRedis(format!("redis.urls: {e}")))
+}
+
+/// The lease spec of the configuration.
+fn lease_spec(config: &Config) -> LeaseSpec {
+    LeaseSpec {
+        name: config.name.clone(),
+        key_prefix: config.redis.key_prefix.clone(),
+        holder: config.identity.clone(),
+        lease_duration: config.election.lease_duration,
+        command_timeout: config.redis.command_timeout,
+        connect_timeout: config.redis.connect_timeout,
+    }
+}
+
+/// The lease of the configuration in whichever mode it names, for `leaderd status`.
+pub enum Observer {
+    /// Mode single.
+    Single(LeaseClient),
+    /// Mode redlock.
+    Redlock(RedlockClient),
+}
+
+impl Observer {
+    /// Who holds the lease (in redlock mode: the holder seen on a majority).
+    ///
+    /// # Errors
+    /// As [`LeaseClient::observe`] and [`RedlockClient::observe`].
+    pub async fn observe(&self) -> Result<Option<Holder>, LeaseError> {
+        match self {
+            Observer::Single(lease) => lease.observe().await,
+            Observer::Redlock(lease) => lease.observe().await,
+        }
+    }
+}
+
+/// The [`Observer`] of the configuration.
+///
+/// # Errors
+/// As [`lease_client`] and [`redlock_client`].
+pub fn observer(config: &Config) -> Result<Observer, DaemonError> {
+    match config.redis.mode {
+        RedisMode::Redlock => redlock_client(config).map(Observer::Redlock),
+        _ => lease_client(config).map(Observer::Single),
+    }
 }
 
 fn policy(config: &Config) -> Policy {
@@ -165,13 +201,14 @@ pub async fn run(
         return Err(DaemonError::Unsupported(first));
     }
     match config.redis.mode {
-        RedisMode::Single => {
+        RedisMode::Single | RedisMode::Sentinel | RedisMode::Cluster => {
             let lease = Arc::new(lease_client(&config)?);
             Ok(run_with(lease, config, listener, shutdown, yields).await)
         }
-        mode => Err(DaemonError::Unsupported(format!(
-            "redis.mode: {mode:?} is not supported yet"
-        ))),
+        RedisMode::Redlock => {
+            let lease = Arc::new(redlock_client(&config)?);
+            Ok(run_with(lease, config, listener, shutdown, yields).await)
+        }
     }
 }
 
@@ -185,7 +222,9 @@ pub async fn run_with<B: LeaseBackend>(
 ) -> i32 {
     let metrics = Arc::new(Metrics::new(&config.name, env!("CARGO_PKG_VERSION")));
     let progress = Progress::new();
-    let (state_tx, state_rx) = watch::channel(Snapshot::starting(true));
+    // With a health check, a replica is unhealthy until its first check passes.
+    let healthy_at_start = config.election.health_check.is_none();
+    let (state_tx, state_rx) = watch::channel(Snapshot::starting(healthy_at_start));
     let state_tx = Arc::new(state_tx);
     let stop_outputs = CancellationToken::new();
 
@@ -218,14 +257,25 @@ pub async fn run_with<B: LeaseBackend>(
         "leaderd {} starting",
         env!("CARGO_PKG_VERSION")
     );
-    let (_healthy_tx, healthy) = watch::channel(true);
+    let reporter = Reporter::new(&config.identity, state_tx, metrics, progress);
+    let stop_checks = CancellationToken::new();
+    let healthy = crate::health::watch_health(
+        config.election.health_check.clone(),
+        reporter.clone(),
+        stop_checks.clone(),
+    );
     let inputs = Inputs {
         shutdown: shutdown.clone(),
         yields,
         healthy,
     };
-    let reporter = Reporter::new(&config.identity, state_tx, metrics, progress);
-    let code = election::run(lease, policy(&config), NoWork, inputs, reporter).await;
+    let code = if config.exec.command.is_empty() {
+        election::run(lease, policy(&config), NoWork, inputs, reporter).await
+    } else {
+        let work = crate::exec::ExecWork::new(&config);
+        election::run(lease, policy(&config), work, inputs, reporter).await
+    };
+    stop_checks.cancel();
 
     // The elector sent `stopped` and dropped its sender: the file writer ends after
     // writing it. HTTP answers until then.

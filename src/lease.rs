@@ -26,7 +26,11 @@ use redis::{Client, Script};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use futures::TryFutureExt;
+
+use crate::acl::LeaseScript;
 use crate::conn::{Endpoint, FailureKind, RedisFailure};
+use crate::connector::Connector;
 
 /// What identifies one lease and how long a term lasts.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,7 +198,7 @@ impl LeaseError {
 pub struct LeaseClient {
     spec: LeaseSpec,
     keys: LeaseKeys,
-    endpoint: Endpoint,
+    endpoint: std::sync::Arc<Endpoint>,
     acquire: Script,
     renew: Script,
     release: Script,
@@ -220,6 +224,23 @@ impl LeaseClient {
     /// A client over an already configured `redis::Client` (credentials, TLS).
     pub fn with_client(client: Client, spec: LeaseSpec) -> Self {
         let endpoint = Endpoint::new(client, spec.connect_timeout, spec.command_timeout);
+        Self::with_endpoint(endpoint, spec)
+    }
+
+    /// A client whose connections come from `connector` (one server, the Sentinel master, a
+    /// cluster). With `min_replicas_ack > 0` an acquire or renew counts only after that many
+    /// replicas acknowledged it (`WAIT`); an unacknowledged acquire is undone and reported as
+    /// [`LeaseError::Unavailable`] of kind timeout, an unacknowledged renew leaves the term's
+    /// validity as it was.
+    pub fn with_connector(connector: Connector, spec: LeaseSpec, min_replicas_ack: u32) -> Self {
+        let endpoint =
+            Endpoint::with_connector(connector, spec.connect_timeout, spec.command_timeout)
+                .with_min_replicas_ack(min_replicas_ack);
+        Self::with_endpoint(endpoint, spec)
+    }
+
+    fn with_endpoint(endpoint: Endpoint, spec: LeaseSpec) -> Self {
+        let endpoint = endpoint.into();
         LeaseClient {
             keys: spec.keys(),
             spec,
@@ -227,6 +248,19 @@ impl LeaseClient {
             acquire: Script::new(include_str!("../lua/acquire.lua")),
             renew: Script::new(include_str!("../lua/renew.lua")),
             release: Script::new(include_str!("../lua/release.lua")),
+        }
+    }
+
+    /// A client for another lease over this client's connection (and its timeouts): many
+    /// leases, e.g. a [`crate::lock::Locker`] per resource, on one multiplexed connection.
+    pub fn for_lease(&self, spec: LeaseSpec) -> LeaseClient {
+        LeaseClient {
+            keys: spec.keys(),
+            spec,
+            endpoint: self.endpoint.clone(),
+            acquire: self.acquire.clone(),
+            renew: self.renew.clone(),
+            release: self.release.clone(),
         }
     }
 
@@ -240,8 +274,20 @@ impl LeaseClient {
         &self.keys
     }
 
+    /// The Redis endpoint, to run other scripts on the same connection (Redlock).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
     fn ttl_ms(&self) -> u64 {
         self.spec.lease_duration.as_millis() as u64
+    }
+
+    /// A failed script call as the error to return, naming the ACL permission it lacked
+    /// when that is why it failed.
+    async fn fail<T>(&self, failure: RedisFailure, script: LeaseScript) -> Result<T, LeaseError> {
+        let failure = crate::acl::explain(&self.endpoint, &self.keys, script, failure).await;
+        Err(self.lift(failure))
     }
 
     fn lift(&self, failure: RedisFailure) -> LeaseError {
@@ -271,7 +317,20 @@ impl LeaseClient {
         &self,
         timeout: Option<Duration>,
     ) -> Result<Acquire, LeaseError> {
-        let token = new_token();
+        self.try_acquire_with_token(new_token(), timeout).await
+    }
+
+    /// [`try_acquire_within`](Self::try_acquire_within) with a token the caller chose (it
+    /// must be random, 128 bits or more, and new for every term): Redlock sends one token
+    /// to every node of an attempt.
+    ///
+    /// # Errors
+    /// As `try_acquire`.
+    pub async fn try_acquire_with_token(
+        &self,
+        token: String,
+        timeout: Option<Duration>,
+    ) -> Result<Acquire, LeaseError> {
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
         let mut call = self.acquire.prepare_invoke();
@@ -281,26 +340,45 @@ impl LeaseClient {
             .arg(&token)
             .arg(self.ttl_ms())
             .arg(unix_ms(sent_wall));
-        let reply: redis::Value = self
-            .endpoint
-            .call(
-                timeout,
-                |mut c| async move { call.invoke_async(&mut c).await },
-            )
-            .await
-            .map_err(|f| self.lift(f))?;
+        let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
+        let wanted = endpoint.min_replicas_ack();
+        let (reply, acked): (redis::Value, Option<i64>) = endpoint
+            .call(timeout, |mut c| async move {
+                let reply: redis::Value = call.invoke_async(&mut c).await?;
+                if wanted == 0 || !is_granted(&reply) {
+                    return Ok((reply, None));
+                }
+                let wait_ms = endpoint.wait_budget_ms(timeout, sent);
+                let acked = c.wait_for_replicas(wanted, wait_ms, lock).await?;
+                Ok((reply, Some(acked)))
+            })
+            .or_else(|f| self.fail(f, LeaseScript::Acquire))
+            .await?;
         let acquired_at = SystemTime::now();
         match parse_acquire(reply)? {
             AcquireReply::Granted(fence) => {
                 let validity = self.spec.lease_duration.saturating_sub(self.spec.drift());
-                Ok(Acquire::Acquired(Term {
+                let term = Term {
                     token,
                     fence,
                     acquired_at,
                     last_sent: sent,
                     valid_until: sent + validity,
                     valid_until_wall: sent_wall + validity,
-                }))
+                };
+                if let Some(got) = acked.filter(|&n| n < i64::from(wanted)) {
+                    // Not durable: a failover now could lose it. It does not count; take it
+                    // back so that it does not block the election for a lease duration.
+                    let outcome = match self.release_within(&term, None).await {
+                        Ok(_) => "the acquire does not count and was undone".to_string(),
+                        Err(e) => format!(
+                            "the acquire does not count; undoing it failed ({e}), so the lease expires by itself"
+                        ),
+                    };
+                    self.endpoint.reset().await;
+                    return Err(not_replicated(wanted, got, &outcome));
+                }
+                Ok(Acquire::Acquired(term))
             }
             AcquireReply::Held(holder) => Ok(Acquire::Held(holder)),
         }
@@ -323,16 +401,30 @@ impl LeaseClient {
         call.key(&self.keys.lock)
             .arg(&term.token)
             .arg(self.ttl_ms());
-        let extended: i64 = self
-            .endpoint
-            .call(
-                timeout,
-                |mut c| async move { call.invoke_async(&mut c).await },
-            )
-            .await
-            .map_err(|f| self.lift(f))?;
+        let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
+        let wanted = endpoint.min_replicas_ack();
+        let (extended, acked): (i64, Option<i64>) = endpoint
+            .call(timeout, |mut c| async move {
+                let extended: i64 = call.invoke_async(&mut c).await?;
+                if wanted == 0 || extended != 1 {
+                    return Ok((extended, None));
+                }
+                let wait_ms = endpoint.wait_budget_ms(timeout, sent);
+                let acked = c.wait_for_replicas(wanted, wait_ms, lock).await?;
+                Ok((extended, Some(acked)))
+            })
+            .or_else(|f| self.fail(f, LeaseScript::Renew))
+            .await?;
         if extended != 1 {
             return Err(LeaseError::Lost);
+        }
+        if let Some(got) = acked.filter(|&n| n < i64::from(wanted)) {
+            self.endpoint.reset().await;
+            return Err(not_replicated(
+                wanted,
+                got,
+                "the renew does not count (the validity was not extended)",
+            ));
         }
         let validity = self.spec.lease_duration.saturating_sub(self.spec.drift());
         term.last_sent = sent;
@@ -370,8 +462,8 @@ impl LeaseClient {
                 timeout,
                 |mut c| async move { call.invoke_async(&mut c).await },
             )
-            .await
-            .map_err(|f| self.lift(f))?;
+            .or_else(|f| self.fail(f, LeaseScript::Release))
+            .await?;
         Ok(released == 1)
     }
 
@@ -410,10 +502,12 @@ impl LeaseClient {
     /// every resubscription, since a release may have been missed meanwhile).
     pub fn watch_releases(&self) -> ReleaseWatch {
         let (tx, rx) = watch::channel(0u64);
-        let client = self.endpoint.client().clone();
+        let connector = self.endpoint.connector().clone();
         let channel = self.keys.released.clone();
         let timeout = self.endpoint.connect_timeout();
-        let task = tokio::spawn(crate::release_watch::listen(client, channel, timeout, tx));
+        let task = tokio::spawn(crate::release_watch::listen_with(
+            connector, channel, timeout, tx,
+        ));
         ReleaseWatch {
             rx,
             task: Some(task),
@@ -508,6 +602,23 @@ impl Drop for ReleaseWatch {
             task.abort();
         }
     }
+}
+
+/// True when the acquire script granted the lease (`{1, fence}`).
+fn is_granted(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::Array(items) if items.first() == Some(&redis::Value::Int(1)))
+}
+
+/// The error of a write that fewer than `redis.min_replicas_ack` replicas acknowledged in
+/// time: counted as a Redis error of kind `timeout`.
+fn not_replicated(wanted: u32, got: i64, outcome: &str) -> LeaseError {
+    LeaseError::Unavailable(RedisFailure {
+        kind: FailureKind::Timeout,
+        cause: format!(
+            "not acknowledged by redis.min_replicas_ack = {wanted} replicas in time (WAIT answered {got}): {outcome}"
+        ),
+        code: None,
+    })
 }
 
 enum AcquireReply {

@@ -273,9 +273,15 @@ async fn watchdog(
     stop: CancellationToken,
 ) {
     loop {
+        // Never sleep past the renew deadline: after a failed renew, the loss must be
+        // reported at the deadline, not a whole renew interval later (maybe past validity).
+        let Ok(last_sent) = term.lock().map(|t| t.last_sent) else {
+            return;
+        };
+        let wake = (Instant::now() + config.renew_every).min(last_sent + config.renew_deadline);
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(config.renew_every) => {}
+            _ = tokio::time::sleep_until(wake) => {}
         }
         let Ok(mut current) = term.lock().map(|t| t.clone()) else {
             return;

@@ -7,6 +7,8 @@ use futures::StreamExt;
 use redis::Client;
 use tokio::sync::watch;
 
+use crate::connector::Connector;
+
 /// Keeps a subscription to `channel` until `tx` has no receivers, resubscribing after any
 /// loss of the connection. Each release, and each fresh subscription (a release may have
 /// been missed while it was down), bumps the counter in `tx`.
@@ -16,9 +18,22 @@ pub async fn listen(
     connect_timeout: Duration,
     tx: watch::Sender<u64>,
 ) {
+    listen_with(Connector::Direct(client), channel, connect_timeout, tx).await
+}
+
+/// [`listen`] on connections from `connector`: the server, the current Sentinel master (looked
+/// up again at every resubscription, so a failover is followed), or a cluster node.
+pub async fn listen_with(
+    connector: Connector,
+    channel: String,
+    connect_timeout: Duration,
+    tx: watch::Sender<u64>,
+) {
     let mut pause = Duration::from_millis(50);
     while !tx.is_closed() {
-        match tokio::time::timeout(connect_timeout, subscribe(&client, &channel)).await {
+        let epoch = connector.epoch();
+        let subscribed = subscribe(&connector, &channel, connect_timeout);
+        match tokio::time::timeout(connect_timeout, subscribed).await {
             Ok(Ok(pubsub)) => {
                 pause = Duration::from_millis(50);
                 tx.send_modify(|n| *n += 1);
@@ -30,6 +45,12 @@ pub async fn listen(
                             None => break,
                         },
                         _ = tx.closed() => return,
+                        // The master moved (Sentinel): subscribe on the new one.
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                            if connector.epoch() != epoch {
+                                break;
+                            }
+                        }
                     }
                 }
             }
@@ -44,8 +65,12 @@ pub async fn listen(
     }
 }
 
-async fn subscribe(client: &Client, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
-    let mut pubsub = client.get_async_pubsub().await?;
+async fn subscribe(
+    connector: &Connector,
+    channel: &str,
+    limit: Duration,
+) -> redis::RedisResult<redis::aio::PubSub> {
+    let mut pubsub = connector.pubsub(limit).await?;
     pubsub.subscribe(channel).await?;
     Ok(pubsub)
 }

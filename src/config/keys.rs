@@ -22,8 +22,10 @@ const SCHEMA: &[(&str, &[&str])] = &[
             "connect_timeout",
             "command_timeout",
             "min_replicas_ack",
+            "tls",
         ],
     ),
+    ("redis.tls", &["ca_file", "cert_file", "key_file"]),
     (
         "election",
         &[

@@ -6,7 +6,7 @@ use serde_yaml::{Mapping, Value};
 use super::duration::format_duration;
 use super::values::{name_of, LOG_FORMATS, MODES, ON_EXIT, ON_LOST, READY_WHEN};
 use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LoggingConfig};
-use super::{PublishConfig, RedisConfig};
+use super::{PublishConfig, RedisConfig, TlsConfig};
 
 /// Shown instead of every secret.
 pub(super) const REDACTED: &str = "<redacted>";
@@ -105,6 +105,16 @@ fn redis(r: &RedisConfig) -> Value {
         ("connect_timeout", dur(r.connect_timeout)),
         ("command_timeout", dur(r.command_timeout)),
         ("min_replicas_ack", Value::from(r.min_replicas_ack)),
+        ("tls", opt(r.tls.as_ref(), tls)),
+    ])
+}
+
+fn tls(t: &TlsConfig) -> Value {
+    let path = |p: &std::path::PathBuf| text(&p.to_string_lossy());
+    map(vec![
+        ("ca_file", opt(t.ca_file.as_ref(), path)),
+        ("cert_file", opt(t.cert_file.as_ref(), path)),
+        ("key_file", opt(t.key_file.as_ref(), path)),
     ])
 }
 

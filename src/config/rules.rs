@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::duration::format_duration as fmt;
 use super::tree::Reader;
-use super::{Config, ElectionConfig, HealthCheckConfig, RedisConfig, RedisMode};
+use super::{Config, ElectionConfig, HealthCheckConfig, RedisConfig, RedisMode, TlsConfig};
 
 /// Which of `url`, `urls`, `sentinels` and `master_name` each mode needs and allows.
 pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisConfig, url_label: Option<&str>) {
@@ -75,6 +75,22 @@ fn mode_needs(r: &mut Reader<'_>, c: &RedisConfig) {
         if r.all_valid(&[key]) {
             r.problem(key, format!("{key}: {why}"));
         }
+    }
+}
+
+/// A client certificate needs its key, and the other way round.
+pub(super) fn tls(r: &mut Reader<'_>, t: &TlsConfig) {
+    let keys = ["redis.tls.cert_file", "redis.tls.key_file"];
+    if r.all_valid(&keys) && t.cert_file.is_some() != t.key_file.is_some() {
+        let (given, missing) = if t.cert_file.is_some() {
+            ("cert_file", "key_file")
+        } else {
+            ("key_file", "cert_file")
+        };
+        let msg = format!(
+            "redis.tls: {given} is set without {missing} (a client certificate needs both, or neither)"
+        );
+        r.problem("redis.tls", msg);
     }
 }
 

@@ -9,6 +9,7 @@ use nix::sys::signal::Signal;
 
 use super::tree::{Node, Reader};
 use super::values::{self as v, choice};
+use super::TlsConfig;
 use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LogFormat, LoggingConfig};
 use super::{OnExit, OnLost, Overrides, PublishConfig, ReadyWhen, RedisConfig, RedisMode, Secret};
 
@@ -93,12 +94,36 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
         min_replicas_ack: r
             .get(r.file(&n, "min_replicas_ack"), v::count(0))
             .unwrap_or(0),
+        tls: tls(r, &n),
     };
     if cfg.mode == RedisMode::Single && cfg.url.is_none() && url_label.is_none() {
         cfg.url = Some(DEFAULT_REDIS_URL.to_string());
     }
     super::rules::redis_mode(r, &cfg, url_label.as_deref());
     cfg
+}
+
+/// `redis.tls`, or None when none of its files is set. Each file must be readable.
+fn tls(r: &mut Reader<'_>, parent: &Node<'_>) -> Option<TlsConfig> {
+    let n = r.section(parent, "tls");
+    let mut file = |leaf: &str| {
+        let path = r.get(r.file(&n, leaf), v::path)?;
+        let key = n.key(leaf);
+        match std::fs::File::open(&path) {
+            Ok(_) => Some(path),
+            Err(e) => {
+                r.problem(&key, format!("{key}: cannot read {path:?}: {e}"));
+                None
+            }
+        }
+    };
+    let cfg = TlsConfig {
+        ca_file: file("ca_file"),
+        cert_file: file("cert_file"),
+        key_file: file("key_file"),
+    };
+    super::rules::tls(r, &cfg);
+    (cfg != TlsConfig::default()).then_some(cfg)
 }
 
 /// A list of Redis URLs, each one checked.

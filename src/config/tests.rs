@@ -437,3 +437,38 @@ fn empty_file_reports_the_missing_name() {
     assert_eq!(found.len(), 1);
     assert!(found[0].starts_with("name: missing"));
 }
+
+#[test]
+fn tls_files_are_checked_shown_and_optional() {
+    assert_eq!(ok("name: x").redis.tls, None);
+    let (ca, cert, key) = (temp_file("ca"), temp_file("cert"), temp_file("key"));
+    let yaml = format!(
+        "name: x\nredis:\n  url: rediss://h:6380\n  tls: {{ca_file: {}, cert_file: {}, key_file: {}}}\n",
+        ca.path().display(),
+        cert.path().display(),
+        key.path().display()
+    );
+    let c = ok(&yaml);
+    let tls = c.redis.tls.clone().expect("tls");
+    assert_eq!(tls.ca_file.as_deref(), Some(ca.path()));
+    assert_eq!(tls.key_file.as_deref(), Some(key.path()));
+    let out = c.to_redacted_yaml();
+    assert!(out.contains(&key.path().display().to_string()), "{out}");
+    let without_password: String = out
+        .lines()
+        .filter(|l| !l.contains("password:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(ok(&without_password), c);
+
+    let half = format!("name: x\nredis: {{tls: {{cert_file: {}}}}}", cert.path().display());
+    one_problem(&half, &["redis.tls", "cert_file is set without key_file"]);
+    one_problem(
+        "name: x\nredis: {tls: {ca_file: /nonexistent/ca.pem}}",
+        &["redis.tls.ca_file", "/nonexistent/ca.pem", "cannot read"],
+    );
+    one_problem(
+        "name: x\nredis: {tls: {cafile: x}}",
+        &["redis.tls.cafile: unknown key (did you mean redis.tls.ca_file?)"],
+    );
+}

@@ -1,0 +1,131 @@
+//! Naming the permission a Redis ACL user lacks.
+//!
+//! A command the user may not run is refused by name (`NOPERM this user has no permissions
+//! to run the 'evalsha' command`), but one run *inside* a script is refused without naming
+//! it (`The user executing the script can't run this command or subcommand`). When that
+//! happens, [`explain`] asks Redis which of the script's commands the user may not run
+//! (`redis.acl_check_cmd`, Redis 7.0 and later; it runs nothing) and names them.
+
+use redis::Script;
+
+use crate::conn::{Endpoint, FailureKind, RedisFailure};
+use crate::lease::LeaseKeys;
+
+/// Which of the lease scripts failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseScript {
+    /// `lua/acquire.lua`.
+    Acquire,
+    /// `lua/renew.lua`.
+    Renew,
+    /// `lua/release.lua`.
+    Release,
+}
+
+impl LeaseScript {
+    fn name(self) -> &'static str {
+        match self {
+            LeaseScript::Acquire => "acquire",
+            LeaseScript::Renew => "renew",
+            LeaseScript::Release => "release",
+        }
+    }
+
+    /// The commands the script runs, with arguments of the right arity (keys and channel
+    /// included, so their patterns are checked too).
+    fn commands(self, keys: &LeaseKeys) -> Vec<Vec<String>> {
+        let (lock, fence, chan) = (&keys.lock, &keys.fence, &keys.released);
+        let c = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        match self {
+            LeaseScript::Acquire => vec![
+                c(&["PTTL", lock]),
+                c(&["HMGET", lock, "holder"]),
+                c(&["INCR", fence]),
+                c(&["TIME"]),
+                c(&["SET", fence, "1"]),
+                c(&["HSET", lock, "holder", "x"]),
+                c(&["PEXPIRE", lock, "1"]),
+            ],
+            LeaseScript::Renew => vec![c(&["HGET", lock, "token"]), c(&["PEXPIRE", lock, "1"])],
+            LeaseScript::Release => vec![
+                c(&["HGET", lock, "token"]),
+                c(&["DEL", lock]),
+                c(&["PUBLISH", chan, "x"]),
+            ],
+        }
+    }
+}
+
+/// Checks each command (`ARGV`: argument count, then the arguments, repeated) with
+/// `redis.acl_check_cmd` and returns the ones the user may not run, as text.
+const CHECK: &str = r"
+local denied = {}
+local i = 1
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  local cmd = {}
+  for j = 1, n do cmd[j] = ARGV[i + j] end
+  if not redis.acl_check_cmd(unpack(cmd)) then
+    table.insert(denied, table.concat(cmd, ' ', 1, math.min(n, 2)))
+  end
+  i = i + n + 1
+end
+return denied
+";
+
+/// True when `failure` is Redis refusing a command run inside a script for lack of an ACL
+/// permission.
+pub fn is_script_denial(failure: &RedisFailure) -> bool {
+    failure
+        .cause
+        .contains("can't run this command or subcommand")
+}
+
+/// For a script refused by the ACL, the same failure as kind `auth` with a cause that names
+/// the commands (and keys) the user lacks; other failures unchanged. A top-level refusal
+/// (`NOPERM`, which names the command itself) gets a pointer to the minimal ACL.
+pub async fn explain(
+    endpoint: &Endpoint,
+    keys: &LeaseKeys,
+    script: LeaseScript,
+    failure: RedisFailure,
+) -> RedisFailure {
+    const HINT: &str = "leaderd's minimal ACL is in README (Redis modes: ACL)";
+    if failure.code.as_deref() == Some("NOPERM") {
+        return RedisFailure {
+            cause: format!("{}; {HINT}", failure.cause),
+            ..failure
+        };
+    }
+    if !is_script_denial(&failure) {
+        return failure;
+    }
+    let check = Script::new(CHECK);
+    let mut call = check.prepare_invoke();
+    call.key(&keys.lock);
+    for cmd in script.commands(keys) {
+        call.arg(cmd.len());
+        for arg in cmd {
+            call.arg(arg);
+        }
+    }
+    let denied: Result<Vec<String>, _> = endpoint
+        .call(None, |mut c| async move { call.invoke_async(&mut c).await })
+        .await;
+    let what = match denied {
+        Ok(list) if !list.is_empty() => format!(
+            "the Redis ACL user may not run {} (used by the {} script)",
+            list.join(", "),
+            script.name()
+        ),
+        _ => format!(
+            "the Redis ACL user may not run a command the {} script uses",
+            script.name()
+        ),
+    };
+    RedisFailure {
+        kind: FailureKind::Auth,
+        cause: format!("{what}; {HINT}"),
+        code: Some("NOPERM".into()),
+    }
+}
