@@ -148,15 +148,18 @@ impl Endpoint {
         self.min_replicas_ack
     }
 
-    /// The `WAIT` timeout in ms for a call begun at `started` with `timeout` (the command
-    /// timeout when `None`): what is left of the budget, less a margin so that the answer
-    /// arrives before the call itself times out. At least 1 (0 would block forever).
-    pub fn wait_budget_ms(&self, timeout: Option<Duration>, started: tokio::time::Instant) -> u64 {
+    /// How long a `WAIT` may take in a call begun at `started` with `timeout` (the command
+    /// timeout when `None`): what is left of the budget, less a small margin so that it ends
+    /// before the call itself times out.
+    pub fn wait_budget(
+        &self,
+        timeout: Option<Duration>,
+        started: tokio::time::Instant,
+    ) -> Duration {
         let left = timeout
             .unwrap_or(self.command_timeout)
             .saturating_sub(started.elapsed());
-        let margin = left / 5 + Duration::from_millis(2);
-        (left.saturating_sub(margin).as_millis() as u64).max(1)
+        left.saturating_sub(left / 10 + Duration::from_millis(2))
     }
 
     /// The default timeout of one command.

@@ -3,27 +3,29 @@
 //!
 //! An [`crate::conn::Endpoint`] asks its [`Connector`] for a connection whenever it has none:
 //! at the first call and after a call failed in a way that poisons the connection (a timeout,
-//! a broken link, or `READONLY`: the node is no longer a master). For Sentinel that means the
-//! master is looked up again on every reconnect, so a failover is followed at the next call.
+//! a broken link, `READONLY`: the node is no longer a master, or a write too few replicas
+//! acknowledged). For Sentinel the master is looked up again on every reconnect, and a
+//! `+switch-master` announced by any Sentinel drops the connection too (see
+//! [`Connector::epoch`]), so a failover is followed at the next call. A cluster connection
+//! follows `MOVED` and `ASK` by itself.
 
-use std::collections::HashSet;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::config::{Config, RedisMode};
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-
 use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionAddr, IntoConnectionInfo,
     Pipeline, RedisConnectionInfo, RedisError, RedisFuture, RedisResult, TlsCertificates, Value,
 };
+
+use crate::config::{Config, RedisMode};
 
 /// Makes connections to the Redis that holds the lease. Cheap to clone.
 // One per endpoint, made once: the size of a `Client` does not matter.
@@ -77,30 +79,40 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
-    /// `WAIT replicas timeout_ms` on the node that holds `key`, on the connection that just
-    /// wrote it, so it counts the replicas that acknowledged that write. Returns how many
-    /// did. `timeout_ms` is at least 1 (0 would block forever).
+    /// `WAIT replicas ms` on the node that holds `key`, on the connection that just wrote
+    /// it, so it counts the replicas that acknowledged that write. Returns how many did, or
+    /// `None` when Redis gave no answer within `budget` (a server checks a `WAIT`'s timeout
+    /// only at its next tick, up to 100 ms late with the default `hz 10`). The connection is
+    /// then still blocked in the `WAIT`: drop it.
     ///
     /// # Errors
     /// The error of the connection or of Redis.
     pub async fn wait_for_replicas(
         &mut self,
         replicas: u32,
-        timeout_ms: u64,
+        budget: Duration,
         key: &str,
-    ) -> RedisResult<i64> {
+    ) -> RedisResult<Option<i64>> {
         let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(timeout_ms.max(1));
-        match self {
-            Conn::Single(c) => wait.query_async(c).await,
-            Conn::Cluster(c) => {
-                // WAIT has no key: route it to the primary of the key's slot, whose
-                // connection carried the script (WAIT would otherwise go to every primary).
-                let route = Route::new(key_slot(key.as_bytes()), SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                let reply = c.route_command(wait, routing).await?;
-                Ok(redis::from_redis_value(reply)?)
+        // At least 1 ms: 0 would block forever.
+        wait.arg(replicas).arg((budget.as_millis() as u64).max(1));
+        let ask = async {
+            match self {
+                Conn::Single(c) => wait.query_async(c).await,
+                Conn::Cluster(c) => {
+                    // WAIT has no key: route it to the primary of the key's slot, whose
+                    // connection carried the script (it would otherwise go to every primary).
+                    let route = Route::new(key_slot(key.as_bytes()), SlotAddr::Master);
+                    let routing =
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    let reply = c.route_command(wait, routing).await?;
+                    Ok(redis::from_redis_value(reply)?)
+                }
             }
+        };
+        match tokio::time::timeout(budget, ask).await {
+            Ok(answer) => answer.map(Some),
+            Err(_) => Ok(None),
         }
     }
 }
@@ -144,8 +156,11 @@ impl Connector {
                 client.get_async_pubsub().await
             }
             Connector::Cluster(c) => {
+                // Start at the next seed each time, so one that hangs is not always first.
+                let first = c.next_seed.fetch_add(1, Ordering::Relaxed);
+                let n = c.seeds.len().max(1);
                 let mut last = None;
-                for seed in &c.seeds {
+                for seed in c.seeds.iter().cycle().skip(first % n).take(c.seeds.len()) {
                     match tokio::time::timeout(limit, seed.get_async_pubsub()).await {
                         Ok(Ok(pubsub)) => return Ok(pubsub),
                         Ok(Err(e)) => last = Some(e),
@@ -192,7 +207,7 @@ impl NodeSettings {
 }
 
 /// Finds the master of `master_name` through the Sentinels, the way the Sentinel client
-/// specification asks: ask the Sentinels (all at once, the first useful answer wins), then
+/// specification asks: ask the Sentinels (all at once; the address a majority names wins), then
 /// confirm with `ROLE` on the named node that it is a master.
 pub struct SentinelConnector {
     sentinels: Vec<Client>,
@@ -253,25 +268,39 @@ impl SentinelConnector {
             .iter()
             .map(|s| ask_sentinel(s, &self.master_name, limit))
             .collect();
-        let mut tried = HashSet::new();
+        // Addresses in the order first named, with how many Sentinels named each. During a
+        // failover a Sentinel can lag behind the others: an address a majority names is taken
+        // at once; otherwise, once every Sentinel answered or failed, the most named first.
+        let majority = self.sentinels.len() / 2 + 1;
+        let mut named: Vec<((String, u16), usize)> = Vec::new();
         let mut sentinel_err = None;
-        let mut master_err = None;
         let mut unknown = false;
         while let Some(answer) = asks.next().await {
-            let (host, port) = match answer {
-                Ok(Some(addr)) => addr,
-                Ok(None) => {
-                    unknown = true;
-                    continue;
+            match answer {
+                Ok(Some(addr)) => {
+                    let count = match named.iter_mut().find(|(a, _)| *a == addr) {
+                        Some((_, n)) => {
+                            *n += 1;
+                            *n
+                        }
+                        None => {
+                            named.push((addr, 1));
+                            1
+                        }
+                    };
+                    if count >= majority {
+                        break;
+                    }
                 }
-                Err(e) => {
-                    sentinel_err = Some(e);
-                    continue;
-                }
-            };
-            if !tried.insert((host.clone(), port)) {
-                continue;
+                Ok(None) => unknown = true,
+                Err(e) => sentinel_err = Some(e),
             }
+        }
+        drop(asks);
+        // Stable: among equals, the first named stays first.
+        named.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        let mut master_err = None;
+        for ((host, port), _) in named {
             match self.confirm(&host, port, limit).await {
                 Ok(found) => {
                     self.note_master(&host, port);
@@ -287,6 +316,9 @@ impl SentinelConnector {
                 "no Sentinel knows the master",
                 format!("redis.master_name {:?}", self.master_name),
             )),
+            (None, false, Some(e)) if e.is_io_error() || e.is_timeout() => {
+                io_error(&format!("no Sentinel of redis.sentinels answered ({e})"))
+            }
             (None, false, Some(e)) => e,
             (None, false, None) => io_error("no Sentinel configured"),
         })
@@ -401,12 +433,17 @@ async fn ask_sentinel(
 pub struct ClusterConnector {
     client: ClusterClient,
     seeds: Vec<Client>,
+    next_seed: std::sync::atomic::AtomicUsize,
 }
 
 impl ClusterConnector {
     /// `client` for the cluster; `seeds` (the same nodes as plain clients) for pub/sub.
     pub fn new(client: ClusterClient, seeds: Vec<Client>) -> Self {
-        ClusterConnector { client, seeds }
+        ClusterConnector {
+            client,
+            seeds,
+            next_seed: std::sync::atomic::AtomicUsize::new(0),
+        }
     }
 }
 

@@ -348,9 +348,9 @@ impl LeaseClient {
                 if wanted == 0 || !is_granted(&reply) {
                     return Ok((reply, None));
                 }
-                let wait_ms = endpoint.wait_budget_ms(timeout, sent);
-                let acked = c.wait_for_replicas(wanted, wait_ms, lock).await?;
-                Ok((reply, Some(acked)))
+                let budget = endpoint.wait_budget(timeout, sent);
+                let acked = c.wait_for_replicas(wanted, budget, lock).await?;
+                Ok((reply, Some(acked.unwrap_or(-1))))
             })
             .or_else(|f| self.fail(f, LeaseScript::Acquire))
             .await?;
@@ -368,14 +368,16 @@ impl LeaseClient {
                 };
                 if let Some(got) = acked.filter(|&n| n < i64::from(wanted)) {
                     // Not durable: a failover now could lose it. It does not count; take it
-                    // back so that it does not block the election for a lease duration.
+                    // back so that it does not block the election for a lease duration. On a
+                    // new connection: this one may still be blocked in the WAIT, or talk to a
+                    // master that a failover left behind.
+                    self.endpoint.reset().await;
                     let outcome = match self.release_within(&term, None).await {
                         Ok(_) => "the acquire does not count and was undone".to_string(),
                         Err(e) => format!(
                             "the acquire does not count; undoing it failed ({e}), so the lease expires by itself"
                         ),
                     };
-                    self.endpoint.reset().await;
                     return Err(not_replicated(wanted, got, &outcome));
                 }
                 Ok(Acquire::Acquired(term))
@@ -409,9 +411,9 @@ impl LeaseClient {
                 if wanted == 0 || extended != 1 {
                     return Ok((extended, None));
                 }
-                let wait_ms = endpoint.wait_budget_ms(timeout, sent);
-                let acked = c.wait_for_replicas(wanted, wait_ms, lock).await?;
-                Ok((extended, Some(acked)))
+                let budget = endpoint.wait_budget(timeout, sent);
+                let acked = c.wait_for_replicas(wanted, budget, lock).await?;
+                Ok((extended, Some(acked.unwrap_or(-1))))
             })
             .or_else(|f| self.fail(f, LeaseScript::Renew))
             .await?;
@@ -611,11 +613,17 @@ fn is_granted(reply: &redis::Value) -> bool {
 
 /// The error of a write that fewer than `redis.min_replicas_ack` replicas acknowledged in
 /// time: counted as a Redis error of kind `timeout`.
+/// `got` < 0: `WAIT` gave no answer in time.
 fn not_replicated(wanted: u32, got: i64, outcome: &str) -> LeaseError {
+    let answer = if got < 0 {
+        "WAIT did not answer in time".to_string()
+    } else {
+        format!("WAIT answered {got}")
+    };
     LeaseError::Unavailable(RedisFailure {
         kind: FailureKind::Timeout,
         cause: format!(
-            "not acknowledged by redis.min_replicas_ack = {wanted} replicas in time (WAIT answered {got}): {outcome}"
+            "not acknowledged by redis.min_replicas_ack = {wanted} replicas in time ({answer}): {outcome}"
         ),
         code: None,
     })

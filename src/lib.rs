@@ -6,7 +6,7 @@
 //!   background and reports its loss.
 //! - [`conn`]: one Redis endpoint with timeouts and error kinds; [`connector`]: where its
 //!   connections come from (one server, the Sentinel master, a cluster); [`release_watch`]:
-//!   the release channel listener.
+//!   the release channel listener; [`acl`]: naming the ACL permission a Redis user lacks.
 //! - [`election`]: the elector state machine, behind a small lease trait.
 //! - [`redlock`]: the lease on a majority of independent Redis masters, with fences that
 //!   keep increasing across majorities.

@@ -461,7 +461,10 @@ fn tls_files_are_checked_shown_and_optional() {
         .collect();
     assert_eq!(ok(&without_password), c);
 
-    let half = format!("name: x\nredis: {{tls: {{cert_file: {}}}}}", cert.path().display());
+    let half = format!(
+        "name: x\nredis: {{tls: {{cert_file: {}}}}}",
+        cert.path().display()
+    );
     one_problem(&half, &["redis.tls", "cert_file is set without key_file"]);
     one_problem(
         "name: x\nredis: {tls: {ca_file: /nonexistent/ca.pem}}",

@@ -1,0 +1,254 @@
+//! `redis.mode: cluster` against a real Redis Cluster made with `redis-cli --cluster create`:
+//! three masters with one replica each. The lease works; its slot is migrated to another
+//! master (ASK during the migration, MOVED after it), then its shard fails over to the
+//! replica (`CLUSTER FAILOVER`); leadership continues and no two terms overlap.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leaderd::connector::key_slot;
+use nix::sys::signal::Signal;
+use support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer};
+
+const NAME: &str = "cluster-election";
+const LEASE_MS: u64 = 3000;
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+struct Node {
+    id: String,
+    port: u16,
+    master: bool,
+    master_id: String,
+    slots: Vec<(u16, u16)>,
+}
+
+fn cluster_nodes(server: &RedisServer) -> Vec<Node> {
+    server
+        .cmd(&["CLUSTER", "NODES"])
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let port = f
+                .get(1)?
+                .split('@')
+                .next()?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()?;
+            let slots = f[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => s.parse().ok().map(|a| (a, a)),
+                })
+                .collect();
+            Some(Node {
+                id: f[0].to_string(),
+                port,
+                master: f[2].contains("master"),
+                master_id: f[3].to_string(),
+                slots,
+            })
+        })
+        .collect()
+}
+
+fn owner_of(nodes: &[Node], slot: u16) -> Option<Node> {
+    nodes
+        .iter()
+        .find(|n| n.master && n.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
+        .cloned()
+}
+
+fn by_port(servers: &[RedisServer], port: u16) -> &RedisServer {
+    servers.iter().find(|s| s.port() == port).expect("ours")
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A daemon leading with a validity from an acquire or renew sent after `after_ms`.
+fn leader_after(daemons: &[Daemon], after_ms: u64, bound: Duration) -> Option<String> {
+    wait_until(bound, Duration::from_millis(100), || {
+        daemons.iter().find_map(|d| {
+            let doc = d.status_doc()?;
+            let valid = doc["lease_valid_until_ms"].as_u64()?;
+            (doc["is_leader"] == true && valid > after_ms + LEASE_MS)
+                .then(|| d.identity().to_string())
+        })
+    })
+}
+
+/// Every node agrees that the cluster is ok and that `slot` is served by `port`.
+fn settled(servers: &[RedisServer], slot: u16, port: u16) -> bool {
+    servers.iter().all(|s| {
+        s.cmd(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+            && owner_of(&cluster_nodes(s), slot).is_some_and(|n| n.port == port)
+    })
+}
+
+#[test]
+fn lease_survives_resharding_and_failover_of_its_shard() {
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-node-timeout",
+        "1000",
+        "--repl-diskless-sync-delay",
+        "0",
+    ];
+    let servers: Vec<RedisServer> = (0..6)
+        .map(|_| RedisServer::start_with_args(&args))
+        .collect();
+    let addrs: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redis-cli --cluster create");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stdout)
+    );
+
+    let lock = format!("leaderd:{{{NAME}}}:lock");
+    let fence = format!("leaderd:{{{NAME}}}:fence");
+    let slot = key_slot(lock.as_bytes());
+    assert_eq!(
+        servers[0].cmd(&["CLUSTER", "KEYSLOT", &lock]),
+        slot.to_string()
+    );
+    let ready = wait_until(Duration::from_secs(20), Duration::from_millis(100), || {
+        let nodes = cluster_nodes(&servers[0]);
+        let owner = owner_of(&nodes, slot)?;
+        let replicas = nodes.iter().filter(|n| !n.master).count();
+        (replicas == 3 && settled(&servers, slot, owner.port)).then_some(owner)
+    });
+    let owner = ready.expect("the cluster is ok with 3 masters and 3 replicas");
+    // The election exists already (skip the first-start quarantine).
+    assert_eq!(
+        by_port(&servers, owner.port).cmd(&["SET", &fence, "1000"]),
+        "OK"
+    );
+
+    let seeds: Vec<String> = servers[..3]
+        .iter()
+        .map(|s| format!("redis://127.0.0.1:{}", s.port()))
+        .collect();
+    let extra = format!(
+        "redis:\n  mode: cluster\n  urls: [{}]\n  min_replicas_ack: 1\n",
+        seeds.join(", ")
+    );
+    let daemons: Vec<Daemon> = ["c-a", "c-b", "c-c"]
+        .iter()
+        .map(|id| {
+            let mut o = DaemonOpts::new(NAME, id, "");
+            o.lease = "3s".into();
+            o.renew_deadline = "2s".into();
+            o.retry = "300ms".into();
+            o.command_timeout = "250ms".into();
+            o.extra_yaml = extra.clone();
+            Daemon::spawn(&o)
+        })
+        .collect();
+    let first = leader_after(&daemons, 0, Duration::from_secs(15)).expect("a first leader");
+    let status = daemons[1].cli(&["status", "--json"]);
+    assert_eq!(status.code, Some(0), "{status:?}");
+    assert!(status.stdout.contains(&first), "{status:?}");
+
+    // 1. Resharding: migrate the lease's slot to another master, key by key, the way
+    // `redis-cli --cluster reshard` does (ASK while migrating, MOVED after).
+    let nodes = cluster_nodes(&servers[0]);
+    let target = nodes
+        .iter()
+        .find(|n| n.master && n.id != owner.id)
+        .cloned()
+        .expect("another master");
+    let (src, dst) = (
+        by_port(&servers, owner.port),
+        by_port(&servers, target.port),
+    );
+    let s = slot.to_string();
+    assert_eq!(
+        dst.cmd(&["CLUSTER", "SETSLOT", &s, "IMPORTING", &owner.id]),
+        "OK"
+    );
+    assert_eq!(
+        src.cmd(&["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id]),
+        "OK"
+    );
+    std::thread::sleep(Duration::from_millis(500)); // a few renews while MIGRATING
+    let keys = src.cmd(&["CLUSTER", "GETKEYSINSLOT", &s, "100"]);
+    let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+    assert!(keys.contains(&fence.as_str()), "{keys:?}");
+    let port = target.port.to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+    migrate.extend(keys.iter().copied());
+    assert_eq!(src.cmd(&migrate), "OK");
+    std::thread::sleep(Duration::from_millis(500)); // a few renews through ASK
+    for master in nodes.iter().filter(|n| n.master) {
+        let server = by_port(&servers, master.port);
+        assert_eq!(
+            server.cmd(&["CLUSTER", "SETSLOT", &s, "NODE", &target.id]),
+            "OK"
+        );
+    }
+    let moved = wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        settled(&servers, slot, target.port).then_some(())
+    });
+    assert!(
+        moved.is_some(),
+        "every node sees the slot on its new master"
+    );
+    let t1 = now_ms();
+    let leader = leader_after(&daemons, t1, Duration::from_secs(15))
+        .expect("leadership continues after the resharding");
+    assert_eq!(dst.cmd(&["HGET", &lock, "holder"]), leader);
+
+    // 2. Failover of the shard that holds the lease: its replica takes over.
+    let replica = cluster_nodes(&servers[0])
+        .into_iter()
+        .find(|n| !n.master && n.master_id == target.id)
+        .expect("the new owner has a replica");
+    let promoted = by_port(&servers, replica.port);
+    assert_eq!(promoted.cmd(&["CLUSTER", "FAILOVER"]), "OK");
+    let failed_over = wait_until(Duration::from_secs(15), Duration::from_millis(100), || {
+        settled(&servers, slot, replica.port).then_some(())
+    });
+    assert!(failed_over.is_some(), "the replica took over the shard");
+    let t2 = now_ms();
+    let leader = leader_after(&daemons, t2, Duration::from_secs(15))
+        .expect("leadership continues after the failover");
+    assert_eq!(promoted.cmd(&["HGET", &lock, "holder"]), leader);
+
+    for d in &daemons {
+        d.signal(Signal::SIGTERM);
+    }
+    let mut daemons = daemons;
+    for d in &mut daemons {
+        assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    }
+    let logs: Vec<_> = daemons.iter().map(Daemon::safety_log).collect();
+    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("{e}"));
+    if std::env::var("DUMP").is_ok() {
+        eprintln!("{terms:#?}");
+        for d in &daemons {
+            eprintln!("==== {} ====\n{}", d.identity(), d.log());
+        }
+    }
+}
