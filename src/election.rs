@@ -44,6 +44,8 @@ pub trait LeaseBackend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Holder>, LeaseError>> + Send;
     /// A watch that changes whenever a release of the lease is published.
     fn watch_releases(&self) -> crate::lease::ReleaseWatch;
+    /// The timeout of one attempt when the caller has none of its own.
+    fn attempt_timeout(&self) -> Duration;
 }
 
 impl LeaseBackend for crate::lease::LeaseClient {
@@ -61,6 +63,9 @@ impl LeaseBackend for crate::lease::LeaseClient {
     }
     fn watch_releases(&self) -> crate::lease::ReleaseWatch {
         crate::lease::LeaseClient::watch_releases(self)
+    }
+    fn attempt_timeout(&self) -> Duration {
+        self.spec().command_timeout
     }
 }
 

@@ -524,33 +524,47 @@ impl LeaseClient {
     /// `Timeout` (with the last holder seen) when the deadline passes; `WrongType` at once;
     /// Redis errors are retried until the deadline.
     pub async fn acquire(&self, deadline: Instant, retry: Duration) -> Result<Term, LeaseError> {
-        let mut releases = self.watch_releases();
-        let mut last_holder = None;
-        let mut failures = 0u32;
-        loop {
-            let wait = match self.try_acquire().await {
-                Ok(Acquire::Acquired(term)) => return Ok(term),
-                Ok(Acquire::Held(holder)) => {
-                    failures = 0;
-                    let wait = wait_for_holder(&holder, jittered(retry, 0.2));
-                    last_holder = Some(holder);
-                    wait
-                }
-                Err(e @ LeaseError::WrongType { .. }) => return Err(e),
-                Err(_) => {
-                    failures += 1;
-                    backoff(retry, failures)
-                }
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(LeaseError::Timeout { last_holder });
+        wait_for_lease(self, deadline, retry).await
+    }
+}
+
+/// The blocking acquire of any lease backend: attempts until the lease is ours or `deadline`
+/// passes, sleeping until the holder's lease runs out (or a jittered `retry` if sooner) and
+/// waking at once when a release is published.
+///
+/// # Errors
+/// `Timeout` (with the last holder seen) when the deadline passes; `WrongType` at once;
+/// Redis errors are retried until the deadline.
+pub async fn wait_for_lease<B: crate::election::LeaseBackend>(
+    lease: &B,
+    deadline: Instant,
+    retry: Duration,
+) -> Result<Term, LeaseError> {
+    let mut releases = lease.watch_releases();
+    let mut last_holder = None;
+    let mut failures = 0u32;
+    loop {
+        let wait = match lease.try_acquire(lease.attempt_timeout()).await {
+            Ok(Acquire::Acquired(term)) => return Ok(term),
+            Ok(Acquire::Held(holder)) => {
+                failures = 0;
+                let wait = wait_for_holder(&holder, jittered(retry, 0.2));
+                last_holder = Some(holder);
+                wait
             }
-            let until = (now + wait).min(deadline);
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => {}
-                _ = releases.changed() => {}
+            Err(e @ LeaseError::WrongType { .. }) => return Err(e),
+            Err(_) => {
+                failures += 1;
+                backoff(retry, failures)
             }
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(LeaseError::Timeout { last_holder });
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until((now + wait).min(deadline)) => {}
+            _ = releases.changed() => {}
         }
     }
 }

@@ -61,8 +61,7 @@ use tokio::time::Instant;
 
 use crate::conn::{FailureKind, RedisFailure};
 use crate::lease::{
-    backoff, jittered, new_token, wait_for_holder, Acquire, Holder, LeaseClient, LeaseError,
-    LeaseKeys, LeaseSpec, ReleaseWatch, Term,
+    new_token, Acquire, Holder, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, ReleaseWatch, Term,
 };
 
 /// A lease held on a majority of independent Redis masters (see the module docs).
@@ -639,33 +638,7 @@ impl RedlockClient {
     /// `Timeout` (with the last holder seen) when the deadline passes; `WrongType` at once;
     /// other errors are retried until the deadline.
     pub async fn acquire(&self, deadline: Instant, retry: Duration) -> Result<Term, LeaseError> {
-        let mut releases = self.watch_releases();
-        let mut last_holder = None;
-        let mut failures = 0u32;
-        loop {
-            let wait = match self.try_acquire().await {
-                Ok(Acquire::Acquired(term)) => return Ok(term),
-                Ok(Acquire::Held(holder)) => {
-                    failures = 0;
-                    let wait = wait_for_holder(&holder, jittered(retry, 0.2));
-                    last_holder = Some(holder);
-                    wait
-                }
-                Err(e @ LeaseError::WrongType { .. }) => return Err(e),
-                Err(_) => {
-                    failures += 1;
-                    backoff(retry, failures)
-                }
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(LeaseError::Timeout { last_holder });
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until((now + wait).min(deadline)) => {}
-                _ = releases.changed() => {}
-            }
-        }
+        crate::lease::wait_for_lease(self, deadline, retry).await
     }
 
     /// Runs `f` on every node at once and waits for all of them (each is bounded by the
@@ -813,6 +786,9 @@ impl crate::election::LeaseBackend for RedlockClient {
     }
     fn watch_releases(&self) -> ReleaseWatch {
         RedlockClient::watch_releases(self)
+    }
+    fn attempt_timeout(&self) -> Duration {
+        self.node_timeout
     }
 }
 

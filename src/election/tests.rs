@@ -102,6 +102,9 @@ impl LeaseBackend for FakeLease {
     fn watch_releases(&self) -> ReleaseWatch {
         ReleaseWatch::from_receiver(self.released.subscribe())
     }
+    fn attempt_timeout(&self) -> Duration {
+        Duration::from_millis(200)
+    }
 }
 
 struct Harness {
