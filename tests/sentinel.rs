@@ -149,10 +149,9 @@ fn leader_after(daemons: &[Daemon], after_ms: u64, bound: Duration) -> Option<(S
 
 /// The minimal ACL line of `README.md`, plus `+wait` (for `min_replicas_ack`).
 fn minimal_acl_plus_wait(password: &str) -> Vec<String> {
-    let docs = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"),
-    )
-    .expect("read README.md");
+    let docs =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .expect("read README.md");
     let line = docs
         .lines()
         .find(|l| l.starts_with("ACL SETUSER leaderd on "))

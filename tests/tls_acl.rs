@@ -22,9 +22,8 @@ const LEASE_MS: u64 = 2000;
 /// The minimal ACL line of the docs, as arguments, for `user` with `password`, without the
 /// permissions in `without`.
 fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> {
-    let docs =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .expect("read README.md");
+    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("read README.md");
     let line = docs
         .lines()
         .find(|l| l.starts_with("ACL SETUSER leaderd on "))
