@@ -1,0 +1,105 @@
+//! The acquire: one attempt to take the lease for a new term (`lua/acquire.lua`), counted
+//! only once enough replicas acknowledged it when `WAIT` is asked for.
+
+use std::time::{Duration, SystemTime};
+
+use futures::TryFutureExt;
+use tokio::time::Instant;
+
+use super::reply::{is_granted, not_replicated, parse_acquire, AcquireReply};
+use super::{new_token, unix_ms, Acquire, LeaseClient, LeaseError, Term};
+use crate::acl::LeaseScript;
+
+impl LeaseClient {
+    /// One attempt to take the lease for a new term, answering who holds it otherwise.
+    /// Runs by SHA, loading the script on NOSCRIPT.
+    ///
+    /// # Errors
+    /// `Unavailable` (with the cause) or `WrongType`.
+    pub async fn try_acquire(&self) -> Result<Acquire, LeaseError> {
+        self.try_acquire_within(None).await
+    }
+
+    /// [`try_acquire`](Self::try_acquire) with an explicit timeout.
+    ///
+    /// # Errors
+    /// As `try_acquire`.
+    pub async fn try_acquire_within(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<Acquire, LeaseError> {
+        self.try_acquire_with_token(new_token(), timeout).await
+    }
+
+    /// [`try_acquire_within`](Self::try_acquire_within) with a token the caller chose (it
+    /// must be random, 128 bits or more, and new for every term): Redlock sends one token
+    /// to every node of an attempt.
+    ///
+    /// # Errors
+    /// As `try_acquire`.
+    pub async fn try_acquire_with_token(
+        &self,
+        token: String,
+        timeout: Option<Duration>,
+    ) -> Result<Acquire, LeaseError> {
+        let sent = Instant::now();
+        let sent_wall = SystemTime::now();
+        let mut call = self.acquire.prepare_invoke();
+        call.key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(&self.spec.holder)
+            .arg(&token)
+            .arg(self.ttl_ms())
+            .arg(unix_ms(sent_wall));
+        let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
+        let wanted = endpoint.min_replicas_ack();
+        let (reply, acked): (redis::Value, Option<i64>) = endpoint
+            .call(timeout, |mut c| async move {
+                let reply: redis::Value = call.invoke_async(&mut c).await?;
+                if wanted == 0 || !is_granted(&reply) {
+                    return Ok((reply, None));
+                }
+                let budget = endpoint.wait_budget(timeout, sent);
+                let acked = c.wait_for_replicas(wanted, budget, lock).await?;
+                Ok((reply, Some(acked.unwrap_or(-1))))
+            })
+            .or_else(|f| self.fail(f, LeaseScript::Acquire))
+            .await?;
+        let acquired_at = SystemTime::now();
+        match parse_acquire(reply)? {
+            AcquireReply::Granted(fence) => {
+                let validity = self.spec.lease_duration.saturating_sub(self.spec.drift());
+                let term = Term {
+                    token,
+                    fence,
+                    acquired_at,
+                    last_sent: sent,
+                    valid_until: sent + validity,
+                    valid_until_wall: sent_wall + validity,
+                };
+                if let Some(got) = acked.filter(|&n| n < i64::from(wanted)) {
+                    return Err(self.undo_unreplicated(&term, wanted, got).await);
+                }
+                Ok(Acquire::Acquired(term))
+            }
+            AcquireReply::Held(holder) => Ok(Acquire::Held(holder)),
+        }
+    }
+
+    /// The error of an acquire that only `got` of `wanted` replicas acknowledged, once the
+    /// acquire is taken back.
+    async fn undo_unreplicated(&self, term: &Term, wanted: u32, got: i64) -> LeaseError {
+        // Not durable: a failover now could lose it. It does not count; take it
+        // back so that it does not block the election for a lease duration. On a
+        // new connection: this one may still be blocked in the WAIT, or talk to a
+        // master that a failover left behind.
+        self.endpoint.reset().await;
+        let outcome = match self.release_within(term, None).await {
+            Ok(_) => "the acquire does not count and was undone".to_string(),
+            Err(e) => format!(
+                "the acquire does not count; undoing it failed ({e}), so the lease expires by itself"
+            ),
+        };
+        not_replicated(wanted, got, &outcome)
+    }
+}

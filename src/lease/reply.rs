@@ -1,0 +1,70 @@
+//! Reading the scripts' replies: grants, holders, and writes too few replicas acknowledged.
+
+use std::time::Duration;
+
+use super::{Holder, LeaseError};
+use crate::conn::{FailureKind, RedisFailure};
+
+/// True when the acquire script granted the lease (`{1, fence}`).
+pub(super) fn is_granted(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::Array(items) if items.first() == Some(&redis::Value::Int(1)))
+}
+
+/// The error of a write that fewer than `redis.min_replicas_ack` replicas acknowledged in
+/// time: counted as a Redis error of kind `timeout`.
+/// `got` < 0: `WAIT` gave no answer in time.
+pub(super) fn not_replicated(wanted: u32, got: i64, outcome: &str) -> LeaseError {
+    let answer = if got < 0 {
+        "WAIT did not answer in time".to_string()
+    } else {
+        format!("WAIT answered {got}")
+    };
+    LeaseError::Unavailable(RedisFailure {
+        kind: FailureKind::Timeout,
+        cause: format!(
+            "not acknowledged by redis.min_replicas_ack = {wanted} replicas in time ({answer}): {outcome}"
+        ),
+        code: None,
+    })
+}
+
+pub(super) enum AcquireReply {
+    Granted(u64),
+    Held(Holder),
+}
+
+pub(super) fn parse_acquire(reply: redis::Value) -> Result<AcquireReply, LeaseError> {
+    use redis::Value;
+    let bad = |v: &Value| LeaseError::Protocol(format!("acquire script answered {v:?}"));
+    let Value::Array(items) = &reply else {
+        return Err(bad(&reply));
+    };
+    let int = |v: &Value| match v {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    };
+    match (items.first().and_then(int), items.len()) {
+        (Some(1), 2) => {
+            let fence = int(&items[1]).ok_or_else(|| bad(&reply))?;
+            Ok(AcquireReply::Granted(fence as u64))
+        }
+        (Some(0), 4) => {
+            let holder = match &items[1] {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            };
+            let fence = int(&items[2]).ok_or_else(|| bad(&reply))?;
+            let ttl = int(&items[3]).ok_or_else(|| bad(&reply))?;
+            Ok(AcquireReply::Held(holder_from(holder, fence as u64, ttl)))
+        }
+        _ => Err(bad(&reply)),
+    }
+}
+
+pub(super) fn holder_from(holder: String, fence: u64, ttl_ms: i64) -> Holder {
+    Holder {
+        holder: (!holder.is_empty()).then_some(holder),
+        fence,
+        remaining: (ttl_ms >= 0).then(|| Duration::from_millis(ttl_ms as u64)),
+    }
+}

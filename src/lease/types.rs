@@ -1,0 +1,209 @@
+//! The lease's vocabulary: its spec and keys, a term, a holder, the outcome of an acquire,
+//! the errors; and the term token and timestamps.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::conn::{FailureKind, RedisFailure};
+
+/// What identifies one lease and how long a term lasts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseSpec {
+    /// The election name; it becomes the `{name}` hash tag of every key.
+    pub name: String,
+    /// Prefix of every key, `leaderd:` by default.
+    pub key_prefix: String,
+    /// Who is asking: written as `holder` in the lease so others can see who leads.
+    pub holder: String,
+    /// TTL of the lease in Redis.
+    pub lease_duration: Duration,
+    /// Timeout of a single command when the caller gives none.
+    pub command_timeout: Duration,
+    /// Timeout of connecting to Redis.
+    pub connect_timeout: Duration,
+}
+
+impl LeaseSpec {
+    /// A spec with the default prefix and timeouts (500ms per command, 1s to connect).
+    pub fn new(name: &str, holder: &str, lease_duration: Duration) -> Self {
+        LeaseSpec {
+            name: name.to_owned(),
+            key_prefix: "leaderd:".to_owned(),
+            holder: holder.to_owned(),
+            lease_duration,
+            command_timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// The keys of this lease; they share one hash tag so the scripts run on Redis Cluster.
+    pub fn keys(&self) -> LeaseKeys {
+        let base = format!("{}{{{}}}", self.key_prefix, self.name);
+        LeaseKeys {
+            lock: format!("{base}:lock"),
+            fence: format!("{base}:fence"),
+            released: format!("{base}:released"),
+        }
+    }
+
+    /// The clock drift allowance: 1% of the lease plus 2ms, as redlock-rb uses.
+    pub fn drift(&self) -> Duration {
+        drift(self.lease_duration)
+    }
+}
+
+/// `lease_duration * 0.01 + 2ms`: how much earlier than Redis a client must consider the
+/// lease gone, to allow for the two clocks running at slightly different rates.
+pub fn drift(lease_duration: Duration) -> Duration {
+    lease_duration / 100 + Duration::from_millis(2)
+}
+
+/// The Redis keys of one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseKeys {
+    /// The lease hash (`holder`, `token`, `fence`, `acquired_at_ms`) with the lease TTL.
+    pub lock: String,
+    /// The fencing counter, without TTL.
+    pub fence: String,
+    /// The channel a release is published on.
+    pub released: String,
+}
+
+/// One term of leadership held by this client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Term {
+    /// Random per term; only its owner can renew or release.
+    pub token: String,
+    /// The fencing token: strictly larger than every earlier term's.
+    pub fence: u64,
+    /// When the reply that granted the lease arrived (wall clock, for publishing).
+    pub acquired_at: SystemTime,
+    /// When the last successful acquire or renew was sent (monotonic).
+    pub last_sent: Instant,
+    /// Before this instant no one else can hold the lease: `last_sent + lease - drift`.
+    pub valid_until: Instant,
+    /// `valid_until` on the wall clock, for publishing.
+    pub valid_until_wall: SystemTime,
+}
+
+impl Term {
+    /// True while the lease is certainly still ours.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.valid_until
+    }
+
+    /// Time left until `valid_until`, zero once it has passed.
+    pub fn remaining(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+}
+
+/// Who holds a lease, as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder's identity; `None` while the lease is quarantined after a data loss or a
+    /// first start.
+    pub holder: Option<String>,
+    /// The holder's fencing token (the seeded counter during quarantine).
+    pub fence: u64,
+    /// Time until the lease expires in Redis; `None` when the key has no TTL.
+    pub remaining: Option<Duration>,
+}
+
+impl Holder {
+    /// True while the lease is a placeholder that grants nothing (see the contract).
+    pub fn is_quarantined(&self) -> bool {
+        self.holder.is_none()
+    }
+}
+
+/// The outcome of one acquire attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Acquire {
+    /// The lease is ours for a new term.
+    Acquired(Term),
+    /// Someone else holds it (or it is quarantined).
+    Held(Holder),
+}
+
+/// Errors of lease operations, each one a caller can act on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LeaseError {
+    /// The lease is held by someone else (from [`crate::lock::Locker::try_lock`]).
+    #[error("lease is held by {} (fence {}, {}ms left)", .0.holder.as_deref().unwrap_or("nobody: quarantined"), .0.fence, .0.remaining.map_or(-1, |d| d.as_millis() as i64))]
+    Held(Holder),
+    /// The lease no longer belongs to this term: it expired or was taken over.
+    #[error("lease lost: it is no longer held by this term")]
+    Lost,
+    /// Redis could not be reached or answered with an error.
+    #[error("Redis unavailable: {0}")]
+    Unavailable(RedisFailure),
+    /// Waiting for the lease ran past the caller's deadline.
+    #[error("timed out waiting for the lease")]
+    Timeout {
+        /// Who held it at the last attempt, if anyone answered.
+        last_holder: Option<Holder>,
+    },
+    /// The lease key holds data that is not ours (another type under our name).
+    #[error("key {key} holds a value of another type; leaderd will not touch it (delete or rename it, or change redis.key_prefix or name)")]
+    WrongType {
+        /// The key in the way.
+        key: String,
+    },
+    /// A reply that the scripts cannot have produced.
+    #[error("unexpected reply from Redis: {0}")]
+    Protocol(String),
+}
+
+impl LeaseError {
+    /// The `kind` label to count this error under in `leaderd_redis_errors_total`, if it
+    /// is a Redis error.
+    pub fn redis_kind(&self) -> Option<FailureKind> {
+        match self {
+            LeaseError::Unavailable(f) => Some(f.kind),
+            LeaseError::WrongType { .. } => Some(FailureKind::Script),
+            LeaseError::Protocol(_) => Some(FailureKind::Other),
+            _ => None,
+        }
+    }
+}
+
+/// A new random term token: 128 bits as 32 hex digits.
+pub fn new_token() -> String {
+    let bits: u128 = rand::rng().random();
+    format!("{bits:032x}")
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let keys = LeaseSpec::new("orders", "a", Duration::from_secs(15)).keys();
+        assert_eq!(keys.lock, "leaderd:{orders}:lock");
+        assert_eq!(keys.fence, "leaderd:{orders}:fence");
+        assert_eq!(keys.released, "leaderd:{orders}:released");
+    }
+
+    #[test]
+    fn drift_is_one_percent_plus_two_ms() {
+        assert_eq!(drift(Duration::from_secs(15)), Duration::from_millis(152));
+        assert_eq!(drift(Duration::from_secs(2)), Duration::from_millis(22));
+    }
+
+    #[test]
+    fn tokens_are_128_bits_and_differ() {
+        let (a, b) = (new_token(), new_token());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+    }
+}

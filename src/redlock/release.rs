@@ -1,0 +1,87 @@
+//! The Redlock release: compare-and-delete on every node; and one watch over every node's
+//! release channel.
+
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::RedlockClient;
+use crate::lease::{LeaseError, ReleaseWatch, Term};
+
+impl RedlockClient {
+    /// Deletes the term's lease on every node (each publishes the release). Returns false
+    /// when no node held it any more.
+    ///
+    /// # Errors
+    /// `Unavailable` when no node answered.
+    pub async fn release(&self, term: &Term) -> Result<bool, LeaseError> {
+        self.release_within(term, None).await
+    }
+
+    /// [`release`](Self::release) with each node's timeout capped at `timeout`.
+    ///
+    /// # Errors
+    /// As `release`.
+    pub async fn release_within(
+        &self,
+        term: &Term,
+        timeout: Option<Duration>,
+    ) -> Result<bool, LeaseError> {
+        self.release_token(&term.token, self.per_node(timeout))
+            .await
+    }
+
+    pub(super) async fn release_token(&self, token: &str, t: Duration) -> Result<bool, LeaseError> {
+        let term = Term {
+            token: token.to_owned(),
+            fence: 0,
+            acquired_at: SystemTime::now(),
+            last_sent: Instant::now(),
+            valid_until: Instant::now(),
+            valid_until_wall: SystemTime::now(),
+        };
+        let answers = self
+            .all(|node| node.lease.release_within(&term, Some(t)))
+            .await;
+        let mut released = false;
+        let mut answered = 0;
+        let mut errors = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
+            self.note(i, answer.as_ref().err());
+            match answer {
+                Ok(r) => {
+                    answered += 1;
+                    released |= r;
+                }
+                Err(err) => errors.push((i, err)),
+            }
+        }
+        if answered == 0 {
+            return Err(self.unavailable("release", 0, &errors));
+        }
+        Ok(released)
+    }
+
+    /// One watch over the release channels of every node: it changes whenever any node
+    /// publishes a release (or resubscribes). Dropping it stops the listeners.
+    pub fn watch_releases(&self) -> ReleaseWatch {
+        let (tx, rx) = watch::channel(0u64);
+        let mut watches: Vec<ReleaseWatch> = self
+            .nodes
+            .iter()
+            .map(|n| n.lease.watch_releases())
+            .collect();
+        tokio::spawn(async move {
+            loop {
+                let any =
+                    futures::future::select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
+                tokio::select! {
+                    _ = any => tx.send_modify(|n| *n += 1),
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        ReleaseWatch::from_receiver(rx)
+    }
+}
