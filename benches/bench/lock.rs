@@ -1,0 +1,390 @@
+//! Lock throughput and its cost to Redis: acquire+release pairs per second on one multiplexed
+//! connection, for leaderd's lease (fence + holder), rslock (no fence, no holder), and the
+//! physical floor of two plain commands (`SET NX PX` + `DEL`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leaderd::lease::{Acquire, LeaseClient, LeaseSpec};
+use leaderd::lock::Locker;
+use serde_json::json;
+
+use super::stats::{
+    calls_delta, command_calls, command_usec, f, median, process_cpu, redis_cpu_seconds, Table,
+};
+use crate::support::RedisServer;
+
+const TTL: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Impl {
+    Floor,
+    Rslock,
+    Lease,
+    Locker,
+}
+
+impl Impl {
+    fn label(self) -> &'static str {
+        match self {
+            Impl::Floor => "floor: `SET NX PX` + `DEL`",
+            Impl::Rslock => "rslock 0.10 (no fence, no holder)",
+            Impl::Lease => "leaderd `LeaseClient` try_acquire + release",
+            Impl::Locker => "leaderd `Locker` try_lock + release (watchdog)",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Impl::Floor => "floor",
+            Impl::Rslock => "rslock",
+            Impl::Lease => "lease",
+            Impl::Locker => "locker",
+        }
+    }
+}
+
+/// One measurement: pairs, seconds, Redis CPU seconds, Redis commands by name.
+struct Sample {
+    pairs: u64,
+    secs: f64,
+    redis_cpu: f64,
+    client_cpu: f64,
+    commands: std::collections::BTreeMap<String, u64>,
+    /// Execution time of the commands the client sent (scripts with their calls), in s.
+    exec_secs: f64,
+}
+
+impl Sample {
+    fn rate(&self) -> f64 {
+        self.pairs as f64 / self.secs
+    }
+    fn cpu_us_per_pair(&self) -> f64 {
+        self.redis_cpu * 1e6 / self.pairs as f64
+    }
+    fn exec_us_per_pair(&self) -> f64 {
+        self.exec_secs * 1e6 / self.pairs as f64
+    }
+    fn client_us_per_pair(&self) -> f64 {
+        self.client_cpu * 1e6 / self.pairs as f64
+    }
+    fn commands_per_pair(&self) -> f64 {
+        self.commands.values().sum::<u64>() as f64 / self.pairs as f64
+    }
+}
+
+/// Worker state shared by the tasks of one measurement.
+struct Run {
+    stop: AtomicBool,
+    pairs: AtomicU64,
+    errors: AtomicU64,
+}
+
+pub struct LockOpts {
+    pub seconds: f64,
+    pub repeats: usize,
+}
+
+/// The client's tokio runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runtime {
+    /// One thread: tasks and the connection's driver batch their I/O together.
+    Current,
+    /// `#[tokio::main]`'s default: a worker per core.
+    Multi,
+}
+
+impl Runtime {
+    fn label(self) -> &'static str {
+        match self {
+            Runtime::Current => "current-thread",
+            Runtime::Multi => "multi-thread",
+        }
+    }
+}
+
+pub fn run(
+    opts: &LockOpts,
+    tables: &mut Vec<Table>,
+    json_out: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    let redis = RedisServer::start();
+    let only = std::env::var("BENCH_LOCK_ONLY").unwrap_or_default();
+    let impls: Vec<Impl> = [Impl::Floor, Impl::Rslock, Impl::Lease, Impl::Locker]
+        .into_iter()
+        .filter(|i| only.is_empty() || only.split(',').any(|o| o == i.key()))
+        .collect();
+    let mut results: Vec<(Runtime, usize, Impl, Vec<Sample>)> = Vec::new();
+    for rt in [Runtime::Current, Runtime::Multi] {
+        for &tasks in &[16usize, 1] {
+            for &imp in &impls {
+                results.push((rt, tasks, imp, Vec::new()));
+            }
+        }
+    }
+    // Interleave the repeats so that a change of machine load hits every row alike.
+    for rep in 0..opts.repeats {
+        for (rt, tasks, imp, samples) in results.iter_mut() {
+            let s = measure(&redis, *rt, *imp, *tasks, opts.seconds);
+            eprintln!(
+                "  lock [{}/{}] {:<14} {:<8} tasks={:>2}: {:>8.0} pairs/s, {:>5.1} us Redis CPU/pair ({:.1} executing), {:>5.1} us client CPU/pair, {:.2} commands/pair",
+                rep + 1,
+                opts.repeats,
+                rt.label(),
+                imp.key(),
+                tasks,
+                s.rate(),
+                s.cpu_us_per_pair(),
+                s.exec_us_per_pair(),
+                s.client_us_per_pair(),
+                s.commands_per_pair()
+            );
+            samples.push(s);
+        }
+    }
+
+    let med = |samples: &[Sample], f: fn(&Sample) -> f64| {
+        median(&samples.iter().map(f).collect::<Vec<_>>())
+    };
+    let rslock_rate = |rt: Runtime, tasks: usize| {
+        results
+            .iter()
+            .find(|(r, t, i, _)| *r == rt && *t == tasks && *i == Impl::Rslock)
+            .map_or(f64::NAN, |(_, _, _, s)| med(s, Sample::rate))
+    };
+    let mut table = Table::new(
+        "Lock: acquire+release pairs on one multiplexed connection",
+        &[
+            "client runtime",
+            "tasks",
+            "implementation",
+            "pairs/s",
+            "vs rslock",
+            "Redis CPU / pair (us)",
+            "of which executing commands (us)",
+            "client CPU / pair (us)",
+            "Redis commands / pair",
+        ],
+    );
+    let mut rows_json = Vec::new();
+    for (rt, tasks, imp, samples) in &results {
+        let rate = med(samples, Sample::rate);
+        let cpu = med(samples, Sample::cpu_us_per_pair);
+        let client = med(samples, Sample::client_us_per_pair);
+        let exec = med(samples, Sample::exec_us_per_pair);
+        let cmds = med(samples, Sample::commands_per_pair);
+        table.row(vec![
+            rt.label().to_string(),
+            tasks.to_string(),
+            imp.label().to_string(),
+            f(rate, 0),
+            format!("{}%", f(100.0 * rate / rslock_rate(*rt, *tasks), 0)),
+            f(cpu, 1),
+            f(exec, 1),
+            f(client, 1),
+            f(cmds, 2),
+        ]);
+        rows_json.push(json!({
+            "runtime": rt.label(), "tasks": tasks, "impl": imp.key(), "pairs_per_s": rate,
+            "redis_cpu_us_per_pair": cpu, "redis_exec_us_per_pair": exec, "client_cpu_us_per_pair": client,
+            "redis_commands_per_pair": cmds,
+            "samples": samples.iter().map(|s| json!({
+                "pairs_per_s": s.rate(), "redis_cpu_us_per_pair": s.cpu_us_per_pair(),
+                "client_cpu_us_per_pair": s.client_us_per_pair()})).collect::<Vec<_>>(),
+        }));
+    }
+    table.note(format!(
+        "Median of {} runs of {:.0} s each (interleaved), after 1 s of warm-up; every task locks its own key, so nothing waits for a holder; every pair must succeed.",
+        opts.repeats, opts.seconds
+    ));
+    table.note("Redis CPU = `used_cpu_sys + used_cpu_user` of `INFO cpu` over the run / pairs (network, event loop and idle wake-ups included); executing = `usec` of `INFO commandstats` for the commands the client sent (a script with its calls) / pairs; client CPU = the benchmark process's CPU / pairs; commands = every `INFO commandstats` call (a script's `redis.call`s count too) / pairs.");
+    table.note("One `redis` multiplexed connection shared by all tasks (leaderd: leases made with `LeaseClient::for_lease` share one; rslock: one `LockManager`).");
+    if let Some((_, _, _, s)) = results
+        .iter()
+        .find(|(r, t, i, _)| *r == Runtime::Current && *t == 16 && *i == Impl::Lease)
+    {
+        if let Some(last) = s.last() {
+            table.note(format!(
+                "leaderd's commands per pair: {}.",
+                last.commands
+                    .iter()
+                    .map(|(k, v)| format!("{k} {:.2}", *v as f64 / last.pairs as f64))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    json_out.insert("lock".into(), json!(rows_json));
+    tables.push(table);
+}
+
+fn measure(redis: &RedisServer, runtime: Runtime, imp: Impl, tasks: usize, seconds: f64) -> Sample {
+    let rt = match runtime {
+        Runtime::Current => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Runtime::Multi => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    }
+    .expect("tokio runtime");
+    let url = redis.url();
+    // Fence counters exist already: a running election, not a brand-new one (which would
+    // quarantine every lease for one lease duration).
+    for i in 0..tasks {
+        redis.cmd(&["SET", &format!("leaderd:{{bench-{i}}}:fence"), "1000"]);
+    }
+    rt.block_on(async move {
+        let run = Arc::new(Run {
+            stop: AtomicBool::new(false),
+            pairs: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        });
+        let client = redis::Client::open(url.as_str()).expect("redis url");
+        let mut handles = Vec::new();
+        match imp {
+            Impl::Floor => {
+                let conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect");
+                for i in 0..tasks {
+                    let (mut conn, run) = (conn.clone(), run.clone());
+                    let key = format!("bench:floor:{i}");
+                    handles.push(tokio::spawn(async move {
+                        let mut n = 0u64;
+                        while !run.stop.load(Ordering::Relaxed) {
+                            n = n.wrapping_add(1);
+                            let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
+                                .arg(&key)
+                                .arg(n)
+                                .arg("NX")
+                                .arg("PX")
+                                .arg(TTL.as_millis() as u64)
+                                .query_async(&mut conn)
+                                .await;
+                            let del: redis::RedisResult<i64> =
+                                redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
+                            count(&run, matches!(set, Ok(Some(_))) && del == Ok(1));
+                        }
+                    }));
+                }
+            }
+            Impl::Rslock => {
+                let manager = rslock::LockManager::new(vec![url.clone()]);
+                for i in 0..tasks {
+                    let (manager, run) = (manager.clone(), run.clone());
+                    let key = format!("bench:rslock:{i}");
+                    handles.push(tokio::spawn(async move {
+                        while !run.stop.load(Ordering::Relaxed) {
+                            match manager.lock(key.as_bytes(), TTL).await {
+                                Ok(lock) => {
+                                    manager.unlock(&lock).await;
+                                    count(&run, true);
+                                }
+                                Err(_) => count(&run, false),
+                            }
+                        }
+                    }));
+                }
+            }
+            Impl::Lease | Impl::Locker => {
+                let spec = |i: usize| LeaseSpec::new(&format!("bench-{i}"), "bench", TTL);
+                let first = LeaseClient::connect(&url, spec(0)).expect("lease client");
+                let clients: Vec<LeaseClient> =
+                    (1..tasks).map(|i| first.for_lease(spec(i))).collect();
+                let clients = std::iter::once(first).chain(clients);
+                for client in clients {
+                    let run = run.clone();
+                    if imp == Impl::Lease {
+                        let client = Arc::new(client);
+                        handles.push(tokio::spawn(async move {
+                            while !run.stop.load(Ordering::Relaxed) {
+                                let ok = match client.try_acquire().await {
+                                    Ok(Acquire::Acquired(term)) => {
+                                        client.release(&term).await == Ok(true)
+                                    }
+                                    _ => false,
+                                };
+                                count(&run, ok);
+                            }
+                        }));
+                    } else {
+                        let locker = Locker::new(client);
+                        handles.push(tokio::spawn(async move {
+                            while !run.stop.load(Ordering::Relaxed) {
+                                let ok = match locker.try_lock().await {
+                                    Ok(guard) => guard.release().await == Ok(true),
+                                    Err(_) => false,
+                                };
+                                count(&run, ok);
+                            }
+                        }));
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // On the current-thread runtime no task runs while INFO blocks it, so the counter
+        // and Redis's counters are read at the same moment (on the multi-thread one, nearly).
+        let me = std::process::id();
+        let (p0, cpu0, calls0, usec0, t0) = snapshot(redis, &run);
+        let client0 = process_cpu(me).unwrap_or_default();
+        tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+        let client1 = process_cpu(me).unwrap_or_default();
+        let (p1, cpu1, calls1, usec1, t1) = snapshot(redis, &run);
+        // Only what the client sent: a script's calls are inside its own time already.
+        let sent: &[&str] = match imp {
+            Impl::Floor => &["set", "del"],
+            Impl::Rslock => &["set", "evalsha", "eval", "script|load"],
+            Impl::Lease | Impl::Locker => &["evalsha", "eval", "script|load"],
+        };
+        let exec_us: u64 = sent
+            .iter()
+            .map(|c| usec1.get(*c).unwrap_or(&0) - usec0.get(*c).unwrap_or(&0))
+            .sum();
+        run.stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            let _ = h.await;
+        }
+        let errors = run.errors.load(Ordering::Relaxed);
+        assert!(
+            errors == 0,
+            "{}: {errors} failed pairs (a pair must never fail here)",
+            imp.key()
+        );
+        Sample {
+            pairs: p1 - p0,
+            secs: (t1 - t0).as_secs_f64(),
+            redis_cpu: cpu1 - cpu0,
+            client_cpu: (client1 - client0).as_secs_f64(),
+            commands: calls_delta(&calls0, &calls1),
+            exec_secs: exec_us as f64 / 1e6,
+        }
+    })
+}
+
+fn count(run: &Run, ok: bool) {
+    if ok {
+        run.pairs.fetch_add(1, Ordering::Relaxed);
+    } else {
+        run.errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The pair counter and Redis's counters: `(pairs, CPU s, calls, usec, when)`.
+fn snapshot(redis: &RedisServer, run: &Run) -> (u64, f64, Counts, Counts, Instant) {
+    let pairs = run.pairs.load(Ordering::Relaxed);
+    let t = Instant::now();
+    let info = redis.cmd(&["INFO", "everything"]);
+    (
+        pairs,
+        redis_cpu_seconds(&info),
+        command_calls(&info),
+        command_usec(&info),
+        t,
+    )
+}
+
+type Counts = std::collections::BTreeMap<String, u64>;
