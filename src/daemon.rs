@@ -83,14 +83,7 @@ pub fn redis_client(config: &Config) -> Result<redis::Client, DaemonError> {
 /// # Errors
 /// As [`redis_client`].
 pub fn lease_client(config: &Config) -> Result<LeaseClient, DaemonError> {
-    let spec = LeaseSpec {
-        name: config.name.clone(),
-        key_prefix: config.redis.key_prefix.clone(),
-        holder: config.identity.clone(),
-        lease_duration: config.election.lease_duration,
-        command_timeout: config.redis.command_timeout,
-        connect_timeout: config.redis.connect_timeout,
-    };
+    let spec = lease_spec(config);
     let connector = crate::connector::from_config(config).map_err(DaemonError::BadRedis)?;
     Ok(LeaseClient::with_connector(
         connector,

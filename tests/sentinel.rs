@@ -149,20 +149,7 @@ fn leader_after(daemons: &[Daemon], after_ms: u64, bound: Duration) -> Option<(S
 
 /// The minimal ACL line of `README.md`, plus `+wait` (for `min_replicas_ack`).
 fn minimal_acl_plus_wait(password: &str) -> Vec<String> {
-    let docs =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .expect("read README.md");
-    let line = docs
-        .lines()
-        .find(|l| l.starts_with("ACL SETUSER leaderd on "))
-        .expect("the minimal ACL line in the docs");
-    let mut acl: Vec<String> = line
-        .split_whitespace()
-        .map(|a| match a {
-            ">PASSWORD" => format!(">{password}"),
-            other => other.to_string(),
-        })
-        .collect();
+    let mut acl = support::minimal_acl("leaderd", password, &[]);
     acl.push("+wait".into());
     acl
 }

@@ -15,28 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leaderd::lease::new_token;
 use nix::sys::signal::Signal;
-use support::{free_port, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{free_port, minimal_acl, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const LEASE_MS: u64 = 2000;
-
-/// The minimal ACL line of the docs, as arguments, for `user` with `password`, without the
-/// permissions in `without`.
-fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> {
-    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("read README.md");
-    let line = docs
-        .lines()
-        .find(|l| l.starts_with("ACL SETUSER leaderd on "))
-        .expect("the minimal ACL line in the docs");
-    line.split_whitespace()
-        .filter(|arg| !without.contains(arg))
-        .map(|arg| match arg {
-            "leaderd" => user.to_string(),
-            ">PASSWORD" => format!(">{password}"),
-            other => other.to_string(),
-        })
-        .collect()
-}
 
 fn create_user(server: &RedisServer, acl: &[String]) {
     let args: Vec<&str> = acl.iter().map(String::as_str).collect();

@@ -42,3 +42,23 @@ pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local_addr").port()
 }
+
+/// The minimal ACL line of the docs, as arguments, for `user` with `password`, without the
+/// permissions in `without`.
+pub fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> {
+    let docs =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .expect("read README.md");
+    let line = docs
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER leaderd on "))
+        .expect("the minimal ACL line in the docs");
+    line.split_whitespace()
+        .filter(|arg| !without.contains(arg))
+        .map(|arg| match arg {
+            "leaderd" => user.to_string(),
+            ">PASSWORD" => format!(">{password}"),
+            other => other.to_string(),
+        })
+        .collect()
+}
