@@ -99,10 +99,21 @@ impl LeaseClient {
     /// # Errors
     /// `Unavailable` or `WrongType`.
     pub async fn observe(&self) -> Result<Option<Holder>, LeaseError> {
+        self.observe_within(None).await
+    }
+
+    /// [`observe`](Self::observe) with an explicit timeout.
+    ///
+    /// # Errors
+    /// As `observe`.
+    pub async fn observe_within(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Holder>, LeaseError> {
         let lock = self.keys.lock.clone();
         let (fields, ttl): ((Option<String>, Option<u64>), i64) = self
             .endpoint
-            .call(None, |mut c| async move {
+            .call(timeout, |mut c| async move {
                 redis::pipe()
                     .cmd("HMGET")
                     .arg(&lock)

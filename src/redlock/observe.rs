@@ -5,9 +5,6 @@ use std::time::Duration;
 use super::{Node, RedlockClient};
 use crate::lease::{Holder, LeaseError};
 
-/// `HMGET holder fence` of the lease hash.
-type HolderFields = (Option<String>, Option<u64>);
-
 /// What one node answered to an observe.
 enum Seen {
     Vacant,
@@ -62,30 +59,10 @@ impl RedlockClient {
     }
 
     async fn observe_node(&self, node: &Node, t: Duration) -> Seen {
-        let lock = self.keys.lock.clone();
-        let reply: Result<(HolderFields, i64), _> = node
-            .lease
-            .endpoint()
-            .call(Some(t), |mut c| async move {
-                redis::pipe()
-                    .cmd("HMGET")
-                    .arg(&lock)
-                    .arg("holder")
-                    .arg("fence")
-                    .cmd("PTTL")
-                    .arg(&lock)
-                    .query_async(&mut c)
-                    .await
-            })
-            .await;
-        match reply {
-            Err(f) => Seen::Failed(self.lift(f)),
-            Ok((_, -2)) => Seen::Vacant,
-            Ok(((holder, fence), ttl)) => Seen::Held(Holder {
-                holder: holder.filter(|h| !h.is_empty()),
-                fence: fence.unwrap_or(0),
-                remaining: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
-            }),
+        match node.lease.observe_within(Some(t)).await {
+            Err(e) => Seen::Failed(e),
+            Ok(None) => Seen::Vacant,
+            Ok(Some(holder)) => Seen::Held(holder),
         }
     }
 }
