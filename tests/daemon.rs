@@ -16,26 +16,9 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use daemon_common::*;
-use support::wait_until;
+use support::{wait_until, DOC_KEYS};
 
 const EXIT_WAIT: Duration = Duration::from_secs(5);
-
-/// The contract's status document keys.
-const DOC_KEYS: [&str; 13] = [
-    "name",
-    "identity",
-    "state",
-    "is_leader",
-    "leader",
-    "fence",
-    "acquired_at",
-    "acquired_at_ms",
-    "lease_valid_until",
-    "lease_valid_until_ms",
-    "observed_at",
-    "observed_at_ms",
-    "healthy",
-];
 
 fn keys_of(v: &Value) -> BTreeSet<String> {
     v.as_object()

@@ -6,11 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+mod support;
+
 use leaderd::http::{serve, HttpContext, ReadyWhen};
 use leaderd::metrics::Metrics;
 use leaderd::publish::run_leader_file;
 use leaderd::state::{Phase, Progress, Snapshot, TermView};
 use serde_json::Value;
+use support::DOC_KEYS;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -236,22 +239,6 @@ async fn readyz_always_is_ready_between_start_and_stop() {
     assert_eq!(get(server.addr, "/readyz").await.status, 503);
     server.stop().await;
 }
-
-const DOC_KEYS: [&str; 13] = [
-    "name",
-    "identity",
-    "state",
-    "is_leader",
-    "leader",
-    "fence",
-    "acquired_at",
-    "acquired_at_ms",
-    "lease_valid_until",
-    "lease_valid_until_ms",
-    "observed_at",
-    "observed_at_ms",
-    "healthy",
-];
 
 fn assert_document_shape(doc: &Value) {
     let object = doc.as_object().expect("an object");

@@ -62,3 +62,20 @@ pub fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> 
         })
         .collect()
 }
+
+/// The keys of the contract's status document, in its order.
+pub const DOC_KEYS: [&str; 13] = [
+    "name",
+    "identity",
+    "state",
+    "is_leader",
+    "leader",
+    "fence",
+    "acquired_at",
+    "acquired_at_ms",
+    "lease_valid_until",
+    "lease_valid_until_ms",
+    "observed_at",
+    "observed_at_ms",
+    "healthy",
+];
