@@ -18,8 +18,6 @@ mod tests;
 
 use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
-pub use duration::{format_duration, parse_duration};
-
 /// Everything `leaderd` needs to run one election, validated as a whole.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -58,6 +56,7 @@ pub struct Secret(String);
 
 impl Secret {
     /// Wraps a secret value (for tests and callers that build a [`Config`] by hand).
+    #[allow(dead_code)]
     pub fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }
@@ -302,6 +301,7 @@ pub fn load(
 /// # Errors
 ///
 /// As [`load`], without the file errors.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn load_from_str(
     yaml: &str,
     overrides: &Overrides,

@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
 use redis::{Client, ErrorKind, RedisError};
 use tokio::sync::Mutex;
 
@@ -244,7 +243,3 @@ impl Endpoint {
         outcome
     }
 }
-
-/// Makes sure a connection type can run scripts; used in bounds.
-pub trait ScriptConnection: ConnectionLike + Send {}
-impl<T: ConnectionLike + Send> ScriptConnection for T {}
