@@ -121,7 +121,8 @@ pub use conn::{FailureKind, RedisFailure};
 pub use connector::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
 pub use election::{ElectionEvents, StepDown};
 pub use lease::{
-    Acquire, Holder, Lease, LeaseError, LeaseKeys, LeaseSpec, Observed, ReleaseWatch, Term,
+    Acquire, Holder, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed, ReleaseWatch,
+    Term,
 };
 pub use lock::{LeaseGuard, Locker, LossReason, WatchdogConfig};
 pub use redlock::RedlockClient;
