@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acl;
 mod acquire;
 mod interface;
 mod ops;
@@ -30,9 +31,9 @@ mod watch;
 
 use redis::{Client, Script};
 
-use crate::acl::LeaseScript;
 use crate::conn::{Endpoint, RedisFailure};
 use crate::connector::{ConnectError, Connector};
+use crate::lease::acl::LeaseScript;
 
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
@@ -128,7 +129,7 @@ impl LeaseClient {
     /// A failed script call as the error to return, naming the ACL permission it lacked
     /// when that is why it failed.
     async fn fail<T>(&self, failure: RedisFailure, script: LeaseScript) -> Result<T, LeaseError> {
-        let failure = crate::acl::explain(&self.endpoint, &self.keys, script, failure).await;
+        let failure = crate::lease::acl::explain(&self.endpoint, &self.keys, script, failure).await;
         Err(self.lift(failure))
     }
 

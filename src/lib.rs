@@ -79,7 +79,6 @@
 //! ```
 #![warn(missing_docs)]
 
-mod acl;
 mod backend;
 mod conn;
 mod connector;

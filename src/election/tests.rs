@@ -92,6 +92,7 @@ impl FakeLease {
                 kind: crate::conn::FailureKind::Connection,
                 cause: "down".into(),
                 code: None,
+                source: None,
             }));
         }
         Ok(())

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::reply::{is_granted, not_replicated, parse_acquire, AcquireReply};
 use super::{unix_ms, Acquire, Lease, LeaseClient, LeaseError, Term};
-use crate::acl::LeaseScript;
+use crate::lease::acl::LeaseScript;
 
 impl LeaseClient {
     /// One acquire attempt (see [`Lease::try_acquire`]) with a token the caller chose (it

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::reply::not_replicated;
 use super::ReleaseWatch;
 use super::{new_token, Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
-use crate::acl::LeaseScript;
+use crate::lease::acl::LeaseScript;
 
 impl Lease for LeaseClient {
     fn spec(&self) -> &LeaseSpec {

@@ -23,6 +23,7 @@ pub(super) fn not_replicated(wanted: u32, got: i64, outcome: &str) -> LeaseError
             "not acknowledged by redis.min_replicas_ack = {wanted} replicas in time ({answer}): {outcome}"
         ),
         code: None,
+        source: None,
     })
 }
 

@@ -165,6 +165,7 @@ impl RedlockClient {
                 sent.elapsed().as_millis()
             ),
             code: None,
+            source: None,
         })
     }
 }

@@ -165,10 +165,6 @@ impl RedlockClient {
         if !details.is_empty() {
             cause += &format!(" ({})", details.join("; "));
         }
-        LeaseError::Unavailable(RedisFailure {
-            kind,
-            cause,
-            code: None,
-        })
+        LeaseError::Unavailable(RedisFailure::new(kind, cause))
     }
 }

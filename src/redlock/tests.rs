@@ -123,13 +123,7 @@ fn errors_name_the_nodes_without_credentials() {
         spec,
     )
     .unwrap();
-    let failure = |kind| {
-        LeaseError::Unavailable(RedisFailure {
-            kind,
-            cause: "refused".into(),
-            code: None,
-        })
-    };
+    let failure = |kind| LeaseError::Unavailable(RedisFailure::new(kind, "refused"));
     let err = c.unavailable(
         "acquire",
         1,
