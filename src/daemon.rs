@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::config::{Config, OnExit, OnLost, RedisMode};
-use crate::connector::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
+use crate::connector::{ConnectError, RedisSpec, TlsFiles, Topology};
 use crate::election::{self, AfterLoss, AfterWorkExit, Inputs, NoWork, Policy, Timing};
 use crate::lease::{Lease, LeaseSpec};
 use crate::metrics::Metrics;
@@ -56,23 +56,17 @@ pub(crate) async fn bind_http(config: &Config) -> Result<Option<TcpListener>, Da
 /// The connection spec of the configuration's `redis` section.
 pub(crate) fn redis_spec(config: &Config) -> RedisSpec {
     let r = &config.redis;
-    let topology = match r.mode {
-        RedisMode::Single => Topology::Single {
-            url: r
-                .url
-                .clone()
-                .unwrap_or_else(|| "redis://127.0.0.1:6379/0".into()),
+    let topology = match &r.mode {
+        RedisMode::Single { url } => Topology::Single { url: url.clone() },
+        RedisMode::Sentinel {
+            sentinels,
+            master_name,
+        } => Topology::Sentinel {
+            sentinels: sentinels.clone(),
+            master_name: master_name.clone(),
         },
-        RedisMode::Sentinel => Topology::Sentinel {
-            sentinels: r.sentinels.clone(),
-            master_name: r.master_name.clone().unwrap_or_default(),
-        },
-        RedisMode::Cluster => Topology::Cluster {
-            urls: r.urls.clone(),
-        },
-        RedisMode::Redlock => Topology::Redlock {
-            urls: r.urls.clone(),
-        },
+        RedisMode::Cluster { urls } => Topology::Cluster { urls: urls.clone() },
+        RedisMode::Redlock { urls } => Topology::Redlock { urls: urls.clone() },
     };
     let tls = r.tls.as_ref().map_or_else(TlsFiles::default, |t| TlsFiles {
         ca_file: t.ca_file.clone(),
@@ -82,7 +76,7 @@ pub(crate) fn redis_spec(config: &Config) -> RedisSpec {
     RedisSpec {
         topology,
         username: r.username.clone(),
-        password: r.password.as_ref().map(|p| Secret::new(p.expose())),
+        password: r.password.clone(),
         tls,
         min_replicas_ack: r.min_replicas_ack,
     }
