@@ -10,9 +10,12 @@
 //! - [`election`]: the elector state machine over any lease, reporting every transition to
 //!   an [`ElectionEvents`] of the caller's; [`state`]: the leadership state it implies.
 //!
+//! - [`RedisSpec`]: where the lease's Redis is (a [`Topology`] with its addresses,
+//!   credentials as a [`Secret`], [`TlsFiles`]); a mistake in it is a [`ConnectError`].
+//!
 //! Internal modules: `conn` (one Redis endpoint with timeouts and error kinds), `connector`
-//! (where its connections come from), `release_watch` (the release channel listener), `acl`
-//! (naming the ACL permission a Redis user lacks).
+//! (where its connections come from), `release_watch` (the release channel listener),
+//! `lease::acl` (naming the ACL permission a Redis user lacks), `backend` ([`Backend`]).
 //!
 //! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
 //! state channel), `exec` and `keeper` (the command run only while leading), `health`,
