@@ -52,6 +52,9 @@ pub(crate) async fn wait_for_lease<L: Lease>(
 /// How long a candidate waits before its next attempt after seeing `seen`: until the lease
 /// expires in Redis (plus a millisecond) if that comes before `retry`.
 pub(crate) fn wait_for_holder(seen: &Observed, retry: Duration) -> Duration {
+    if *seen == Observed::Vacant {
+        return retry; // seen by one who does not contend now (sitting out, unhealthy)
+    }
     match seen.remaining() {
         Some(left) => retry.min(left + Duration::from_millis(1)),
         None => retry,
@@ -93,6 +96,12 @@ mod tests {
             wait_for_holder(&no_ttl, Duration::from_secs(2)),
             Duration::from_secs(2)
         );
+    }
+
+    #[test]
+    fn an_observer_of_a_vacant_lease_waits_a_retry() {
+        let retry = Duration::from_secs(2);
+        assert_eq!(wait_for_holder(&Observed::Vacant, retry), retry);
     }
 
     #[test]
