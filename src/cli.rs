@@ -46,6 +46,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Copy this leaderd binary to DEST (an init container putting leaderd into another
+    /// image for exec mode: the leaderd image has no shell and no cp).
+    CopyBinary {
+        /// Where to write the executable, e.g. /opt/leaderd/bin/leaderd.
+        dest: PathBuf,
+    },
     /// Internal: the keeper of an exec-mode child (started by `run`, not by users).
     #[command(name = "__keeper", hide = true)]
     Keeper(crate::keeper::KeeperArgs),
@@ -129,7 +135,25 @@ pub fn main() -> i32 {
         Command::Run { common, command } => run(common.overrides(command)),
         Command::CheckConfig { common } => check_config(&common.overrides(Vec::new())),
         Command::Status { common, json } => status(&common.overrides(Vec::new()), json),
+        Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
+    }
+}
+
+fn copy_binary(dest: &std::path::Path) -> i32 {
+    use std::os::unix::fs::PermissionsExt;
+    let copied = std::env::current_exe()
+        .and_then(|exe| std::fs::copy(exe, dest))
+        .and_then(|_| std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755)));
+    match copied {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!(
+                "leaderd: cannot copy the binary to {}: {err}",
+                dest.display()
+            );
+            EXIT_FAILURE
+        }
     }
 }
 

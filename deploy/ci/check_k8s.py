@@ -5,7 +5,8 @@
 #  2. the objects together: references to ConfigMaps, Secrets, volumes and named ports resolve,
 #     selectors of Services, PDBs and ServiceMonitors match pods, the pods pass the
 #     "restricted" Pod Security Standard settings we rely on;
-#  3. every leaderd container: its config.yaml (from the ConfigMap) against the contract
+#  3. every leaderd container (a plain container, or a native sidecar: an init container with
+#     restartPolicy: Always, which needs a startupProbe): its config.yaml (from the ConfigMap) against the contract
 #     (leaderd_config.py), ${VAR}s defined in its env, the identity different per replica, the
 #     probes on /healthz and /readyz in the way that keeps rollouts working, the secret and
 #     leader-file paths mounted.
@@ -132,6 +133,20 @@ def is_leaderd(c: dict[str, Any]) -> bool:
     if argv and posixpath.basename(argv[0]) == "leaderd":
         return True
     return posixpath.basename(repo) == "leaderd" and not c.get("command")
+
+
+def is_native_sidecar(role: str, c: dict[str, Any]) -> bool:
+    """An init container that keeps running (Kubernetes 1.29+): restartPolicy: Always."""
+    return role == "initContainer" and c.get("restartPolicy") == "Always"
+
+
+def runs_leaderd_daemon(c: dict[str, Any]) -> bool:
+    """A leaderd container whose subcommand is `run` (the image's default command)."""
+    if not is_leaderd(c):
+        return False
+    command, args = c.get("command") or [], c.get("args") or []
+    argv = command[1:] + args if command else (args or ["run"])
+    return bool(argv) and argv[0] == "run"
 
 
 def mount_for(c: dict[str, Any], path: str) -> dict[str, Any] | None:
@@ -270,13 +285,25 @@ class Checker:
                     port = (pr.get(k) or {}).get("port")
                     if isinstance(port, str) and port not in ports:
                         self.err(w, f"{where}: {probe} port {port!r} is not a named port")
-            if role == "container" and is_leaderd(c):
-                self.check_leaderd(w, spec, c, volumes)
+            sidecar = is_native_sidecar(role, c)
+            if role == "initContainer" and not sidecar:
+                for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                    if c.get(probe):
+                        self.err(w, f"{where}: {probe} on an init container without "
+                                    "restartPolicy: Always (the API server rejects it)")
+            if runs_leaderd_daemon(c):
+                if role == "initContainer" and not sidecar:
+                    self.err(w, f"{where}: `leaderd run` as an init container without "
+                                "restartPolicy: Always never finishes, so the pod never starts")
+                    continue
+                if sidecar and not (c.get("startupProbe") or {}).get("httpGet"):
+                    self.err(w, f"{where}: a native sidecar needs an HTTP startupProbe, else the "
+                                "app starts before leaderd answers who leads")
+                self.check_leaderd(w, spec, c, volumes, where)
 
     # --- leaderd-specific checks ----------------------------------------------------------
     def check_leaderd(self, w: dict[str, Any], spec: dict[str, Any], c: dict[str, Any],
-                      volumes: dict[str, Any]) -> None:
-        where = f"container {c['name']!r}"
+                      volumes: dict[str, Any], where: str) -> None:
         argv = (c.get("command") or []) + (c.get("args") or [])
         exec_used = "--" in argv
         env_list = c.get("env") or []
@@ -345,6 +372,13 @@ class Checker:
                 self.err(w, f"{where}: {name} does not probe leaderd's port {port}")
             return hg.get("path")
 
+        if c.get("startupProbe"):
+            start = probe_path("startupProbe")
+            if start not in ("/readyz", "/healthz"):
+                self.err(w, f"{where}: startupProbe path {start!r} is neither /readyz nor /healthz")
+            elif start == "/readyz" and ready_when != "always":
+                self.err(w, f"{where}: startupProbe on /readyz with ready_when: {ready_when} "
+                            "passes only on the leader: followers never start")
         live = probe_path("livenessProbe")
         ready = probe_path("readinessProbe")
         if live != "/healthz":

@@ -4,7 +4,8 @@
 #   check_misc.py versions            Cargo.toml's version = the Dockerfile's VERSION = the image
 #                                     tag of every kustomization
 #   check_misc.py dockerfile          multi-stage, rust builder with `cargo build --release
-#                                     --locked`, a slim runtime without build tools, a numeric
+#                                     --locked`, a runtime FROM scratch (no RUN), debian slim or
+#                                     distroless cc, without build tools, a numeric
 #                                     non-root USER, the binary as ENTRYPOINT, LEADERD_CONFIG,
 #                                     OCI labels (hadolint checks the rest)
 #   check_misc.py k8s-coverage        every YAML file under deploy/kubernetes is part of a
@@ -93,8 +94,13 @@ def cmd_dockerfile() -> list[str]:
         fail(problems, "Dockerfile: the build stage should use the official rust image")
     if not any("cargo build" in l and "--release" in l and "--locked" in l for l in build):
         fail(problems, "Dockerfile: the build stage should run cargo build --release --locked")
-    if not re.search(r"FROM\s+(\S*/)?(debian:\S*slim|\S*distroless/cc\S*)", final[0]):
-        fail(problems, f"Dockerfile: the runtime stage should be debian slim or distroless cc: {final[0]}")
+    if not re.search(r"FROM\s+(scratch|(\S*/)?(debian:\S*slim|\S*distroless/cc\S*))(\s|$)", final[0]):
+        fail(problems, f"Dockerfile: the runtime stage should be scratch, debian slim or distroless cc: {final[0]}")
+    if re.match(r"FROM\s+scratch\b", final[0]):
+        if any(l.startswith("RUN") for l in final):
+            fail(problems, "Dockerfile: a RUN in the scratch runtime stage (it has no shell)")
+        if not any(l.startswith("COPY --from=") for l in final):
+            fail(problems, "Dockerfile: the scratch runtime stage copies nothing from the build stage")
     for l in final:
         if re.search(r"\b(apt-get|apt|cargo|rustc|gcc|make)\b\s+\w", l) and l.startswith("RUN"):
             fail(problems, f"Dockerfile: build tools in the runtime stage: {l.strip()}")
