@@ -2,7 +2,7 @@
 -- KEYS[1] the lease hash, KEYS[2] the fencing counter (same hash tag).
 -- ARGV[1] holder identity, ARGV[2] token (new per term), ARGV[3] lease duration in ms,
 -- ARGV[4] the client's wall clock in ms (published as acquired_at_ms).
--- Returns {1, fence} when granted, {0, holder, fence, pttl_ms} when held.
+-- Returns {1, fence} when granted, {0, holder (its first 256 bytes), fence, pttl_ms} when held.
 -- A missing counter means a new election or lost data (we cannot tell which): seed the
 -- counter from the server clock in microseconds, so fences stay above any earlier ones, and
 -- quarantine the lease for one lease duration under an empty placeholder holder, so that no
@@ -10,7 +10,7 @@
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl ~= -2 then
   local cur = redis.call('HMGET', KEYS[1], 'holder', 'fence')
-  return {0, cur[1] or '', tonumber(cur[2]) or 0, ttl}
+  return {0, string.sub(cur[1] or '', 1, 256), tonumber(cur[2]) or 0, ttl}
 end
 local fence = redis.call('INCR', KEYS[2])
 if fence == 1 then

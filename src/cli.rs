@@ -62,7 +62,8 @@ struct CommonFlags {
     /// This replica's identity.
     #[arg(long)]
     identity: Option<String>,
-    /// Redis URL (mode single).
+    /// Redis URL (mode single). A password in it is visible to every user in `ps`: use
+    /// LEADERD_REDIS_PASSWORD or redis.password_file instead.
     #[arg(long, value_name = "URL")]
     redis_url: Option<String>,
     /// Lease TTL, e.g. 15s.
@@ -108,12 +109,44 @@ impl CommonFlags {
 }
 
 fn load(overrides: &Overrides) -> Result<Config, i32> {
-    config::load(overrides, &|key| std::env::var(key).ok()).map_err(|err| {
-        for problem in &err.problems {
-            eprintln!("leaderd: {problem}");
+    let not_utf8 = std::cell::RefCell::new(Vec::new());
+    let env = |key: &str| match std::env::var(key) {
+        Ok(value) => Some(value),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            not_utf8.borrow_mut().push(key.to_string());
+            None
         }
-        EXIT_USAGE
-    })
+    };
+    let loaded = config::load(overrides, &env);
+    let mut problems: Vec<String> = not_utf8
+        .take()
+        .into_iter()
+        .map(|key| {
+            format!(
+                "environment variable {key}: its value is not valid UTF-8 (allowed: UTF-8 text)"
+            )
+        })
+        .collect();
+    problems.dedup();
+    match loaded {
+        Ok(config) if problems.is_empty() => {
+            crate::exec::remember_secret_vars(&config);
+            Ok(config)
+        }
+        Ok(_) => Err(report(&problems)),
+        Err(err) => {
+            problems.extend(err.problems);
+            Err(report(&problems))
+        }
+    }
+}
+
+fn report(problems: &[String]) -> i32 {
+    for problem in problems {
+        eprintln!("leaderd: {problem}");
+    }
+    EXIT_USAGE
 }
 
 /// Parses the command line and runs the command; returns the process exit code.
@@ -151,6 +184,10 @@ fn run(overrides: Overrides) -> i32 {
         return EXIT_USAGE;
     }
     crate::logging::init(config.logging.format, &config.logging.level);
+    crate::http::fds::raise_nofile_limit();
+    if overrides.redis_url.as_deref().is_some_and(has_password) {
+        tracing::warn!("--redis-url carries a password, which every user can read in `ps`; use LEADERD_REDIS_PASSWORD or redis.password_file");
+    }
     runtime().block_on(async move {
         let listener = match daemon::bind_http(&config).await {
             Ok(listener) => listener,
@@ -168,6 +205,17 @@ fn run(overrides: Overrides) -> i32 {
             Err(err) => fail(&err),
         }
     })
+}
+
+/// True when a URL's userinfo holds a password (`scheme://user:pass@host`).
+fn has_password(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
 }
 
 fn fail(err: &daemon::DaemonError) -> i32 {
@@ -229,7 +277,7 @@ fn print_status(name: &str, holder: Option<&Holder>, json: bool) -> i32 {
         let doc = serde_json::json!({
             "name": name,
             "state": state,
-            "holder": holder.and_then(|h| h.holder.clone()),
+            "holder": holder.and_then(|h| h.holder.as_deref()).map(bounded),
             "fence": holder.filter(|h| !h.is_quarantined()).map(|h| h.fence),
             "remaining_ms": remaining_ms,
         });
@@ -237,7 +285,7 @@ fn print_status(name: &str, holder: Option<&Holder>, json: bool) -> i32 {
     } else {
         match holder {
             None => println!("{name}: vacant (nobody holds the lease)"),
-            Some(h) => match &h.holder {
+            Some(h) => match h.holder.as_deref().map(shown_identity) {
                 None => println!(
                     "{name}: quarantined after data loss or first start ({}ms left)",
                     remaining_ms.unwrap_or(0)
@@ -256,6 +304,23 @@ fn print_status(name: &str, holder: Option<&Holder>, json: bool) -> i32 {
         EXIT_VACANT
     }
 }
+
+/// At most [`MAX_SHOWN`] bytes of a value from Redis (cut at a character boundary).
+fn bounded(value: &str) -> &str {
+    let mut end = value.len().min(MAX_SHOWN);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
+
+/// A holder as printed in text: bounded, control characters escaped.
+fn shown_identity(value: &str) -> String {
+    crate::logging::escape_text(bounded(value))
+}
+
+/// The longest identity shown (the contract's bound on identities).
+const MAX_SHOWN: usize = 256;
 
 fn print_status_error(name: &str, err: &LeaseError, json: bool) {
     if json {

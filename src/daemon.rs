@@ -230,6 +230,7 @@ pub async fn run_with<B: LeaseBackend>(
             state: state_rx.clone(),
             progress: progress.clone(),
             metrics: metrics.clone(),
+            max_connections: config.publish.max_connections,
         };
         tokio::spawn(crate::http::serve(listener, ctx, stop_outputs.clone()))
     });

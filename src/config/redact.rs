@@ -150,6 +150,7 @@ fn publish(p: &PublishConfig) -> Value {
         ("http_addr", text(&addr)),
         ("leader_file", text(&file)),
         ("ready_when", text(name_of(READY_WHEN, p.ready_when))),
+        ("max_connections", Value::from(p.max_connections)),
     ])
 }
 

@@ -64,9 +64,17 @@ pub(super) fn name(s: &str) -> Result<String, String> {
     }
 }
 
-/// This replica's identity: any non-empty text without control characters.
+/// The longest identity, in bytes of UTF-8.
+pub(super) const MAX_IDENTITY_BYTES: usize = 256;
+
+/// This replica's identity: 1-256 bytes of UTF-8 text without control characters.
 pub(super) fn identity(s: &str) -> Result<String, String> {
-    if s.is_empty() {
+    if s.len() > MAX_IDENTITY_BYTES {
+        Err(format!(
+            "an identity of {} bytes is not allowed (allowed: 1-{MAX_IDENTITY_BYTES} bytes of UTF-8 text without control characters)",
+            s.len()
+        ))
+    } else if s.is_empty() {
         Err(
             "\"\" is not allowed (an identity must not be empty and must differ between replicas)"
                 .into(),
@@ -191,6 +199,16 @@ pub(super) fn count(min: u32) -> impl Fn(&str) -> Result<u32, String> {
         Ok(n) if n >= min => Ok(n),
         _ => Err(format!(
             "{s:?} is not allowed (allowed: a whole number >= {min})"
+        )),
+    }
+}
+
+/// `publish.max_connections`: 1-65535.
+pub(super) fn connections(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=65535).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?} is not allowed (allowed: a whole number from 1 to 65535)"
         )),
     }
 }
