@@ -185,6 +185,9 @@ fn run(overrides: Overrides) -> i32 {
     }
     crate::logging::init(config.logging.format, &config.logging.level);
     crate::http::fds::raise_nofile_limit();
+    for warning in secret_file_warnings(&config) {
+        tracing::warn!("{warning}");
+    }
     if overrides.redis_url.as_deref().is_some_and(has_password) {
         tracing::warn!("--redis-url carries a password, which every user can read in `ps`; use LEADERD_REDIS_PASSWORD or redis.password_file");
     }
@@ -205,6 +208,30 @@ fn run(overrides: Overrides) -> i32 {
             Err(err) => fail(&err),
         }
     })
+}
+
+/// One line per secret file (`redis.password_file`, `redis.tls.key_file`) that users other
+/// than its owner may read.
+fn secret_file_warnings(config: &Config) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let key_file = config.redis.tls.as_ref().and_then(|t| t.key_file.as_ref());
+    [
+        ("redis.password_file", config.redis.password_file.as_ref()),
+        ("redis.tls.key_file", key_file),
+    ]
+    .into_iter()
+    .filter_map(|(key, path)| {
+        let path = path?;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode();
+        (mode & 0o044 != 0).then(|| {
+            format!(
+                "{key}: {} is readable by group or others (mode {:o}); chmod 600 it",
+                path.display(),
+                mode & 0o777
+            )
+        })
+    })
+    .collect()
 }
 
 /// True when a URL's userinfo holds a password (`scheme://user:pass@host`).
@@ -238,6 +265,9 @@ fn check_config(overrides: &Overrides) -> i32 {
             eprintln!("leaderd: {problem}");
         }
         return EXIT_USAGE;
+    }
+    for warning in secret_file_warnings(&config) {
+        eprintln!("leaderd: warning: {warning}");
     }
     print!("{}", config.to_redacted_yaml());
     0

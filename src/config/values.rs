@@ -93,7 +93,8 @@ pub(super) fn identity(s: &str) -> Result<String, String> {
 pub(super) fn redis_url(s: &str) -> Result<String, String> {
     let allowed =
         "allowed: redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path";
-    let fail = |why: &str| Err(format!("{s:?} is not a Redis URL ({why}; {allowed})"));
+    let shown = super::redact::scrub(s);
+    let fail = |why: &str| Err(format!("{shown:?} is not a Redis URL ({why}; {allowed})"));
     if let Some(path) = s.strip_prefix("unix://") {
         return if path.starts_with('/') {
             Ok(s.to_string())
@@ -115,14 +116,23 @@ pub(super) fn redis_url(s: &str) -> Result<String, String> {
 
 /// An HTTP URL for the health check: `http://host[:port][/path]`.
 pub(super) fn http_url(s: &str) -> Result<String, String> {
+    let shown = super::redact::scrub(s);
     let fail = |why: &str| {
         Err(format!(
-            "{s:?} is not an HTTP URL ({why}; allowed: http://host[:port][/path])"
+            "{shown:?} is not an HTTP URL ({why}; allowed: http://host[:port][/path])"
         ))
     };
     let Some(rest) = s.strip_prefix("http://") else {
         return fail("it must start with http://");
     };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err(
+            "the URL carries user information (user:password@), which leaderd never sends; \
+             remove it (allowed: http://host[:port][/path])"
+                .to_string(),
+        );
+    }
     match check_authority(rest) {
         Ok(()) => Ok(s.to_string()),
         Err(why) => fail(why),

@@ -37,7 +37,8 @@ fn sentinel_connector(config: &Config) -> Result<Connector, String> {
         .enumerate()
         .map(|(i, url)| sentinel_client(config, url, i))
         .collect::<Result<Vec<_>, _>>()?;
-    let tls = r.sentinels.iter().any(|u| u.starts_with("rediss://"));
+    // With redis.tls set the master is always reached over TLS, whatever the Sentinels use.
+    let tls = r.tls.is_some() || r.sentinels.iter().any(|u| u.starts_with("rediss://"));
     let mut redis = RedisConnectionInfo::default();
     if let Some(user) = &r.username {
         redis = redis.set_username(user);
