@@ -315,3 +315,53 @@ fn neither_the_child_nor_the_health_check_inherits_a_secret() {
     }
     drop(d);
 }
+
+#[test]
+fn a_planted_temp_symlink_does_not_redirect_the_leader_file() {
+    let redis = RedisServer::start();
+    let d = support::Daemon::spawn(&DaemonOpts::new("link", "pod-a", &redis.url()));
+    let victim = d.dir().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::os::unix::fs::symlink(&victim, d.dir().join("leader.json.tmp")).unwrap();
+    let led = wait_until(Duration::from_secs(10), STEP, || {
+        d.file_doc().filter(|doc| doc["is_leader"] == true)
+    });
+    assert!(led.is_some(), "{}", d.log());
+    std::thread::sleep(Duration::from_secs(1)); // a few more rewrites at renewals
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.leader_file())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o644);
+}
+
+#[test]
+fn a_password_file_others_can_read_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("pw");
+    std::fs::write(&secret, "hunter2\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = dir.path().join("c.yaml");
+    let yaml = format!(
+        "name: x\nidentity: me\nredis:\n  password_file: {}\n",
+        secret.display()
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let args = ["check-config", "--config", path.to_str().unwrap()];
+    let out = run_cli(&args, &[], Duration::from_secs(10));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("redis.password_file")
+            && out.stderr.contains("readable by group or others"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stdout.contains("hunter2") && !out.stderr.contains("hunter2"));
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = run_cli(&args, &[], Duration::from_secs(10));
+    assert!(!out.stderr.contains("readable"), "{}", out.stderr);
+}
