@@ -365,3 +365,30 @@ fn a_password_file_others_can_read_is_warned_about() {
     let out = run_cli(&args, &[], Duration::from_secs(10));
     assert!(!out.stderr.contains("readable"), "{}", out.stderr);
 }
+
+#[test]
+fn identities_are_bounded_to_256_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    let check = |identity: &str| {
+        let yaml = format!(
+            "name: x\nidentity: {}\n",
+            serde_json::to_string(identity).unwrap()
+        );
+        std::fs::write(&path, yaml).unwrap();
+        run_cli(
+            &["check-config", "--config", path.to_str().unwrap()],
+            &[],
+            Duration::from_secs(10),
+        )
+    };
+    assert_eq!(
+        check(&"é".repeat(128)).code,
+        Some(0),
+        "256 bytes are allowed"
+    );
+    let out = check(&"a".repeat(257));
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("1-256 bytes"), "{}", out.stderr);
+    assert_eq!(check("a\u{1b}b").code, Some(2));
+}
