@@ -4,7 +4,7 @@
 -- ARGV[4] the client's wall clock in ms (published as acquired_at_ms), ARGV[5] the address
 -- the holder advertises ('' for none).
 -- Returns {1, fence} when granted, {0, holder, fence, pttl_ms, address, reserved_for} when
--- held (holder '' while quarantined or reserved).
+-- held (holder '' while quarantined or reserved; strings cut to their first 256 bytes).
 -- A missing counter means a new election or lost data (we cannot tell which): seed the
 -- counter from the server clock in microseconds, so fences stay above any earlier ones, and
 -- quarantine the lease for one lease duration under an empty placeholder holder, so that no
@@ -12,7 +12,8 @@
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl ~= -2 then
   local cur = redis.call('HMGET', KEYS[1], 'holder', 'fence', 'address', 'reserved_for')
-  return {0, cur[1] or '', tonumber(cur[2]) or 0, ttl, cur[3] or '', cur[4] or ''}
+  local function bounded(s) return string.sub(s or '', 1, 256) end
+  return {0, bounded(cur[1]), tonumber(cur[2]) or 0, ttl, bounded(cur[3]), bounded(cur[4])}
 end
 local fence = redis.call('INCR', KEYS[2])
 if fence == 1 then

@@ -68,7 +68,8 @@ struct CommonFlags {
     /// This replica's identity.
     #[arg(long)]
     identity: Option<String>,
-    /// Redis URL (mode single).
+    /// Redis URL (mode single). A password in it is visible to every user in `ps`: use
+    /// LEADERD_REDIS_PASSWORD or redis.password_file instead.
     #[arg(long, value_name = "URL")]
     redis_url: Option<String>,
     /// Lease TTL, e.g. 15s.
@@ -114,12 +115,44 @@ impl CommonFlags {
 }
 
 fn load(overrides: &Overrides) -> Result<Config, i32> {
-    config::load(overrides, &|key| std::env::var(key).ok()).map_err(|err| {
-        for problem in &err.problems {
-            eprintln!("leaderd: {problem}");
+    let not_utf8 = std::cell::RefCell::new(Vec::new());
+    let env = |key: &str| match std::env::var(key) {
+        Ok(value) => Some(value),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            not_utf8.borrow_mut().push(key.to_string());
+            None
         }
-        EXIT_USAGE
-    })
+    };
+    let loaded = config::load(overrides, &env);
+    let mut problems: Vec<String> = not_utf8
+        .take()
+        .into_iter()
+        .map(|key| {
+            format!(
+                "environment variable {key}: its value is not valid UTF-8 (allowed: UTF-8 text)"
+            )
+        })
+        .collect();
+    problems.dedup();
+    match loaded {
+        Ok(config) if problems.is_empty() => {
+            crate::exec::remember_secret_vars(&config);
+            Ok(config)
+        }
+        Ok(_) => Err(report(&problems)),
+        Err(err) => {
+            problems.extend(err.problems);
+            Err(report(&problems))
+        }
+    }
+}
+
+fn report(problems: &[String]) -> i32 {
+    for problem in problems {
+        eprintln!("leaderd: {problem}");
+    }
+    EXIT_USAGE
 }
 
 /// Parses the command line and runs the command; returns the process exit code.
@@ -175,6 +208,13 @@ fn run(overrides: Overrides) -> i32 {
         return EXIT_USAGE;
     }
     crate::logging::init(config.logging.format, &config.logging.level);
+    crate::http::fds::raise_nofile_limit();
+    for warning in secret_file_warnings(&config) {
+        tracing::warn!("{warning}");
+    }
+    if overrides.redis_url.as_deref().is_some_and(has_password) {
+        tracing::warn!("--redis-url carries a password, which every user can read in `ps`; use LEADERD_REDIS_PASSWORD or redis.password_file");
+    }
     runtime().block_on(async move {
         let listener = match daemon::bind_http(&config).await {
             Ok(listener) => listener,
@@ -194,6 +234,41 @@ fn run(overrides: Overrides) -> i32 {
     })
 }
 
+/// One line per secret file (`redis.password_file`, `redis.tls.key_file`) that users other
+/// than its owner may read.
+fn secret_file_warnings(config: &Config) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let key_file = config.redis.tls.as_ref().and_then(|t| t.key_file.as_ref());
+    [
+        ("redis.password_file", config.redis.password_file.as_ref()),
+        ("redis.tls.key_file", key_file),
+    ]
+    .into_iter()
+    .filter_map(|(key, path)| {
+        let path = path?;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode();
+        (mode & 0o044 != 0).then(|| {
+            format!(
+                "{key}: {} is readable by group or others (mode {:o}); chmod 600 it",
+                path.display(),
+                mode & 0o777
+            )
+        })
+    })
+    .collect()
+}
+
+/// True when a URL's userinfo holds a password (`scheme://user:pass@host`).
+fn has_password(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+}
+
 fn fail(err: &daemon::DaemonError) -> i32 {
     tracing::error!(event = "fatal", error = %err, "{err}");
     eprintln!("leaderd: {err}");
@@ -211,6 +286,9 @@ fn check_config(overrides: &Overrides) -> i32 {
     if let Err(problem) = daemon::backend(&config) {
         eprintln!("leaderd: {problem}");
         return EXIT_USAGE;
+    }
+    for warning in secret_file_warnings(&config) {
+        eprintln!("leaderd: warning: {warning}");
     }
     print!("{}", config.to_redacted_yaml());
     0
@@ -253,7 +331,7 @@ fn print_status(name: &str, seen: &Observed, json: bool) -> i32 {
         let mut doc = serde_json::json!({
             "name": name,
             "state": state,
-            "holder": holder.map(|h| h.holder.clone()),
+            "holder": holder.map(|h| bounded(&h.holder)),
             "fence": holder.map(|h| h.fence),
             "remaining_ms": remaining_ms,
         });
@@ -270,12 +348,13 @@ fn print_status(name: &str, seen: &Observed, json: bool) -> i32 {
             ),
             Observed::Held(h) => println!(
                 "{name}: held by {} (fence {}, {}ms left)",
-                h.holder,
+                shown_identity(&h.holder),
                 h.fence,
                 remaining_ms.map_or("no TTL".to_string(), |ms| ms.to_string())
             ),
             Observed::Reserved { for_identity, .. } => println!(
-                "{name}: reserved for {for_identity} ({}ms left)",
+                "{name}: reserved for {} ({}ms left)",
+                shown_identity(for_identity),
                 remaining_ms.unwrap_or(0)
             ),
         }
@@ -286,6 +365,23 @@ fn print_status(name: &str, seen: &Observed, json: bool) -> i32 {
         EXIT_VACANT
     }
 }
+
+/// At most [`MAX_SHOWN`] bytes of a value from Redis (cut at a character boundary).
+fn bounded(value: &str) -> &str {
+    let mut end = value.len().min(MAX_SHOWN);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
+
+/// A holder as printed in text: bounded, control characters escaped.
+fn shown_identity(value: &str) -> String {
+    crate::logging::escape_text(bounded(value))
+}
+
+/// The longest identity shown (the contract's bound on identities).
+const MAX_SHOWN: usize = 256;
 
 fn print_status_error(name: &str, err: &LeaseError, json: bool) {
     if json {

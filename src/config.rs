@@ -4,6 +4,7 @@
 //! Precedence is flag > environment > file > default. In the file, `${VAR}` in any string
 //! value is replaced from the environment and `$${` stands for a literal `${`.
 
+mod aliases;
 mod duration;
 mod expand;
 mod keys;
@@ -224,6 +225,9 @@ pub struct PublishConfig {
     pub leader_file: Option<PathBuf>,
     /// When `/readyz` answers 200 (default leader).
     pub ready_when: ReadyWhen,
+    /// Open HTTP connections (event streams included) past which a new one is closed at once
+    /// (default 1024, 1-65535).
+    pub max_connections: u32,
 }
 
 /// What happens when the child exits while this replica leads.
@@ -336,7 +340,7 @@ pub fn load(
         })
         .unwrap_or_else(|| PathBuf::from("./config.yaml"));
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(&path)
+    let text = read_capped(&path)
         .map_err(|e| ConfigError::one(format!("config file {shown}: cannot read it: {e}")))?;
     from_text(&text, &shown, overrides, env)
 }
@@ -355,12 +359,40 @@ pub fn load_from_str(
     from_text(yaml, "<string>", overrides, env)
 }
 
+/// The largest config file read (a leaderd config is a few kilobytes).
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// The file's text, refused past [`MAX_CONFIG_BYTES`] or when it is not UTF-8.
+fn read_capped(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        let msg = format!("it is larger than {MAX_CONFIG_BYTES} bytes (1 MiB, the limit)");
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, msg));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not valid UTF-8"))
+}
+
 fn from_text(
     text: &str,
     origin: &str,
     overrides: &Overrides,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::one(format!(
+            "config file {origin}: it is larger than {MAX_CONFIG_BYTES} bytes (1 MiB, the limit)"
+        )));
+    }
+    if let Some(line) = aliases::first_anchor_or_alias(text) {
+        return Err(ConfigError::one(format!(
+            "config file {origin}: line {line}: YAML anchors and aliases (&name, *name) are not allowed (write each value out)"
+        )));
+    }
     let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| yaml_error(origin, &e))?;
     if !(doc.is_null() || doc.is_mapping()) {
         let what = tree::describe(&doc);

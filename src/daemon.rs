@@ -165,6 +165,7 @@ async fn run_with<L: Lease>(
             state: state_rx.clone(),
             progress: progress.clone(),
             metrics: metrics.clone(),
+            max_connections: config.publish.max_connections,
         };
         tokio::spawn(crate::http::serve(listener, ctx, stop_outputs.clone()))
     });

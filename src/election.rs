@@ -235,7 +235,7 @@ async fn follow<L: Lease, E: ElectionEvents>(
             _ = tokio::time::sleep(wait) => {}
             _ = releases.changed(), if contend => {}
             _ = health_change(&mut inputs.healthy) => {}
-            _ = inputs.yields.recv() => {} // nothing to yield while following
+            Some(()) = inputs.yields.recv() => {} // nothing to yield while following; closed: never
             _ = inputs.shutdown.cancelled() => return None,
         }
     }
@@ -264,7 +264,7 @@ async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
             biased;
             _ = inputs.shutdown.cancelled() => return (StepDown::Shutdown, term),
             _ = tokio::time::sleep_until(next_renew.min(deadline)) => {}
-            _ = inputs.yields.recv() => return (StepDown::Yield, term),
+            Some(()) = inputs.yields.recv() => return (StepDown::Yield, term),
             _ = unhealthy(&mut inputs.healthy) => return (StepDown::Yield, term),
             code = work.exited() => return (StepDown::WorkExit(code), term),
         }

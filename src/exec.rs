@@ -20,9 +20,12 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+mod secrets;
+pub(crate) use secrets::{remember_secret_vars, secret_vars};
+
 use crate::config::Config;
 use crate::election::LeaderWork;
-use crate::keeper::{monotonic_ns, Cause, Report};
+use crate::keeper::{monotonic_ns, Cause, Report, Request};
 use crate::state::TermView;
 
 /// How long before a term's validity the keeper kills a child whose validity was not
@@ -95,10 +98,12 @@ impl ExecWork {
             .args(&self.command)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("LEADERD_FENCE", term.fence.to_string())
-            .env_remove("LEADERD_REDIS_PASSWORD") // leaderd's secret is not the child's
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());
+        for var in secret_vars() {
+            cmd.env_remove(var); // leaderd's secrets are not the child's
+        }
         let process = cmd.spawn()?;
         drop(cmd); // our copy of the keeper's end: its closing must reach us as end of file
         ours.set_nonblocking(true)?;
@@ -141,8 +146,11 @@ impl LeaderWork for ExecWork {
 
     async fn extend(&mut self, term: &TermView) {
         if let Some(keeper) = &mut self.keeper {
-            let line = format!("extend {}\n", monotonic_deadline(term.valid_until));
-            let _ = keeper.link.write_all(line.as_bytes()).await;
+            let extend = Request::Extend(monotonic_deadline(term.valid_until));
+            let _ = keeper
+                .link
+                .write_all(format!("{extend}\n").as_bytes())
+                .await;
         }
     }
 
@@ -152,7 +160,8 @@ impl LeaderWork for ExecWork {
             return;
         };
         if keeper.ended.is_none() {
-            let _ = keeper.link.write_all(b"stop\n").await;
+            let stop = format!("{}\n", Request::Stop);
+            let _ = keeper.link.write_all(stop.as_bytes()).await;
             // The keeper SIGKILLs the group within the grace period at the latest.
             let limit = self.grace + Duration::from_secs(1);
             let _ = tokio::time::timeout(limit, async {

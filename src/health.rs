@@ -224,34 +224,58 @@ fn status_code(head: &[u8]) -> u16 {
 }
 
 /// Runs the command in its own process group; passes when it exits 0 within `timeout`, and
-/// kills the whole group when it does not.
+/// kills the whole group when it does not. The group is signalled before the command is
+/// reaped (its pid, and so its group id, cannot be reused before), never after.
 async fn run_command(command: &[String], timeout: Duration) -> Result<(), CheckError> {
     let program = command.first().cloned().unwrap_or_default();
-    let mut child = tokio::process::Command::new(&program)
-        .args(command.iter().skip(1))
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(command.iter().skip(1))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|cause| CheckError::Spawn {
-            program: program.clone(),
-            cause,
-        })?;
-    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
-    let waited = tokio::time::timeout(timeout, child.wait()).await;
-    // Whatever the command left behind in its group goes with it.
-    if let Some(group) = group {
-        let _ = killpg(group, Signal::SIGKILL);
+        .kill_on_drop(true);
+    for var in crate::exec::secret_vars() {
+        cmd.env_remove(var);
     }
-    match waited {
-        Ok(Ok(status)) if status.success() => Ok(()),
-        Ok(Ok(status)) => Err(CheckError::Exit { program, status }),
-        Ok(Err(cause)) => Err(CheckError::Spawn { program, cause }),
-        Err(_) => {
-            let _ = child.wait().await;
-            Err(CheckError::TimedOut(timeout))
+    let mut child = cmd.spawn().map_err(|cause| CheckError::Spawn {
+        program: program.clone(),
+        cause,
+    })?;
+    let Some(pid) = child.id().map(|pid| Pid::from_raw(pid as i32)) else {
+        let status = child.wait().await;
+        return verdict(program, status);
+    };
+    let exited = tokio::task::spawn_blocking(move || wait_exited(pid));
+    let mut exited = std::pin::pin!(exited);
+    let in_time = tokio::time::timeout(timeout, exited.as_mut()).await.is_ok();
+    // Whatever the command left behind in its group goes with it; the command itself is
+    // still unreaped here, so the group is still its own.
+    let _ = killpg(pid, Signal::SIGKILL);
+    if !in_time {
+        let _ = exited.await;
+        let _ = child.wait().await;
+        return Err(CheckError::TimedOut(timeout));
+    }
+    let status = child.wait().await;
+    verdict(program, status)
+}
+
+/// Blocks until `pid` has exited, leaving it unreaped (`waitid` with `WNOWAIT`).
+pub(crate) fn wait_exited(pid: Pid) {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    loop {
+        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
         }
+    }
+}
+
+fn verdict(program: String, status: std::io::Result<ExitStatus>) -> Result<(), CheckError> {
+    match status {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(CheckError::Exit { program, status }),
+        Err(cause) => Err(CheckError::Spawn { program, cause }),
     }
 }
 

@@ -1,25 +1,25 @@
 //! The HTTP server of the contract: probes, the status document, its event stream and the
 //! metrics, every answer computed from the state when it is asked.
 
-use std::convert::Infallible;
+mod events;
+pub mod fds;
+mod server;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{header, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use futures::{Stream, StreamExt};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::config::ReadyWhen;
 use crate::metrics::Metrics;
-use crate::publish::next_update;
 use crate::state::{Phase, Progress, Snapshot, StatusDoc};
 
 /// The content type of the Prometheus text format.
@@ -43,42 +43,50 @@ pub struct HttpContext {
     pub progress: Progress,
     /// The metrics `/metrics` renders.
     pub metrics: Arc<Metrics>,
+    /// `publish.max_connections`: open connections past it are closed at once.
+    pub max_connections: u32,
 }
 
 impl HttpContext {
-    fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         self.state.borrow().clone()
     }
 
-    fn document_of(&self, snapshot: &Snapshot) -> StatusDoc {
+    pub(crate) fn document_of(&self, snapshot: &Snapshot) -> StatusDoc {
         snapshot.document(&self.name, &self.identity, Instant::now())
     }
 }
 
-/// Serves until `shutdown` is cancelled; open `/events` streams end then too.
+/// Serves until `shutdown` is cancelled, within the limits of [`server`]: open `/events`
+/// streams end then, other connections get [`server::SHUTDOWN_WAIT`] to finish.
 ///
 /// # Errors
-/// An I/O error of the server itself (accept errors on single connections are retried).
+/// None today (accept errors on single connections are retried); kept for callers.
 pub async fn serve(
     listener: TcpListener,
     ctx: HttpContext,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = router(ctx, shutdown.clone());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    let cap = server::connection_cap(ctx.max_connections);
+    let metrics = ctx.metrics.clone();
+    let streams = events::Streams {
+        slots: Arc::new(Semaphore::new(events::stream_cap(cap))),
+        shutdown: shutdown.clone(),
+    };
+    let app = router(ctx).layer(Extension(streams));
+    server::accept_loop(listener, app, cap, metrics, shutdown).await;
+    Ok(())
 }
 
 /// The routes of the contract; unknown paths get 404, other methods on known paths 405.
-fn router(ctx: HttpContext, shutdown: CancellationToken) -> Router {
+fn router(ctx: HttpContext) -> Router {
     Router::new()
         .route("/", get(root))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/leader", get(leader))
         .route("/metrics", get(metrics))
-        .route("/events", get(move |state| events(state, shutdown)))
+        .route("/events", get(events::events))
         .with_state(ctx)
 }
 
@@ -121,35 +129,4 @@ async fn root(State(ctx): State<HttpContext>) -> Json<serde_json::Value> {
 async fn metrics(State(ctx): State<HttpContext>) -> Response {
     let body = ctx.metrics.render(&ctx.snapshot(), Instant::now());
     ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], body).into_response()
-}
-
-/// Server-Sent Events: the document at once, then at every change, until shutdown.
-async fn events(
-    State(ctx): State<HttpContext>,
-    shutdown: CancellationToken,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let stream = status_events(ctx).take_until(shutdown.cancelled_owned());
-    Sse::new(stream).keep_alive(KeepAlive::default())
-}
-
-/// One `status` event per document: the current one, then one per update of the state
-/// (including the end of a term's validity, which changes the document too).
-fn status_events(ctx: HttpContext) -> impl Stream<Item = Result<Event, Infallible>> {
-    let mut rx = ctx.state.clone();
-    let first = rx.borrow_and_update().clone();
-    let start = (ctx, rx, Some(first), None::<Snapshot>);
-    futures::stream::unfold(start, |(ctx, mut rx, pending, last)| async move {
-        let snapshot = match (pending, &last) {
-            (Some(snapshot), _) => snapshot,
-            (None, Some(last)) => next_update(&mut rx, last).await?,
-            (None, None) => return None,
-        };
-        let event = status_event(&ctx.document_of(&snapshot));
-        Some((Ok(event), (ctx, rx, None, Some(snapshot))))
-    })
-}
-
-fn status_event(doc: &StatusDoc) -> Event {
-    let json = serde_json::to_string(doc).expect("the status document serializes");
-    Event::default().event("status").data(json)
 }

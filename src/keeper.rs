@@ -30,7 +30,7 @@ use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
 
 mod wire;
-pub use wire::{Cause, Report};
+pub use wire::{Cause, Report, Request};
 
 /// Arguments of the hidden `leaderd __keeper` command; only exec mode starts it.
 #[derive(Debug, Clone, clap::Args)]
@@ -70,7 +70,8 @@ enum Event {
     Extend(u64),
     Stop,
     Gone,
-    Reaped(ExitStatus),
+    /// The child has exited; it is not reaped yet, so its group id is still its own.
+    Exited,
 }
 
 /// Runs the keeper; returns its own exit code (0 once the child is reaped and reported).
@@ -103,7 +104,7 @@ pub fn main(args: KeeperArgs) -> i32 {
     let margin = Duration::from_millis(args.margin_ms);
     let deadline = instant_of(args.valid_until_ns, margin);
     if Instant::now() >= deadline {
-        send(&mut out, &format!("exit 137 {}", Cause::Expired.as_str()));
+        send(&mut out, &Report::Ended(137, Cause::Expired));
         return 0;
     }
     let (tx, events) = mpsc::channel();
@@ -123,19 +124,15 @@ pub fn main(args: KeeperArgs) -> i32 {
                 _ => 1,
             };
             eprintln!("leaderd keeper: cannot run {:?}: {err}", args.command[0]);
-            send(
-                &mut out,
-                &format!("exit {code} {}", Cause::SpawnFailed.as_str()),
-            );
+            send(&mut out, &Report::Ended(code, Cause::SpawnFailed));
             return 0;
         }
     };
     let group = Pid::from_raw(child.id() as i32);
-    send(&mut out, &format!("pid {group}"));
+    send(&mut out, &Report::Started(group.as_raw()));
     std::thread::spawn(move || {
-        if let Ok(status) = child.wait() {
-            let _ = tx.send(Event::Reaped(status));
-        }
+        crate::health::wait_exited(group);
+        let _ = tx.send(Event::Exited);
     });
     let watch = Watch {
         group,
@@ -144,11 +141,12 @@ pub fn main(args: KeeperArgs) -> i32 {
         margin,
         deadline,
     };
-    let (status, cause) = watch.run(&events);
-    send(
-        &mut out,
-        &format!("exit {} {}", exit_code(status), cause.as_str()),
-    );
+    let cause = watch.run(&events);
+    // The group was signalled while the child was unreaped; now reap it.
+    let status = child
+        .wait()
+        .unwrap_or_else(|_| ExitStatus::from_raw(Signal::SIGKILL as i32));
+    send(&mut out, &Report::Ended(exit_code(status), cause));
     0
 }
 
@@ -163,8 +161,8 @@ struct Watch {
 }
 
 impl Watch {
-    /// Follows leaderd's requests until the child has been reaped.
-    fn run(mut self, events: &mpsc::Receiver<Event>) -> (ExitStatus, Cause) {
+    /// Follows leaderd's requests until the child has exited (not yet reaped).
+    fn run(mut self, events: &mpsc::Receiver<Event>) -> Cause {
         let mut stop_at: Option<Instant> = None;
         let mut cause = Cause::Exited;
         let mut killed = false;
@@ -199,15 +197,15 @@ impl Watch {
                     killed = true;
                     cause = Cause::Orphaned;
                 }
-                Ok(Event::Reaped(status)) => {
+                Ok(Event::Exited) => {
                     // Whatever it left behind in its group goes with it.
                     self.kill(Signal::SIGKILL);
-                    return (status, cause);
+                    return cause;
                 }
                 Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     self.kill(Signal::SIGKILL);
-                    return (ExitStatus::from_raw(Signal::SIGKILL as i32), cause);
+                    return cause;
                 }
             }
         }
@@ -227,11 +225,10 @@ fn instant_of(ns: u64, margin: Duration) -> Instant {
 fn read_requests(link: UnixStream, events: mpsc::Sender<Event>) {
     for line in BufReader::new(link).lines() {
         let Ok(line) = line else { break };
-        let mut words = line.split_whitespace();
-        let event = match (words.next(), words.next()) {
-            (Some("extend"), Some(ns)) => ns.parse().ok().map(Event::Extend),
-            (Some("stop"), None) => Some(Event::Stop),
-            _ => None,
+        let event = match Request::parse(&line) {
+            Some(Request::Extend(ns)) => Some(Event::Extend(ns)),
+            Some(Request::Stop) => Some(Event::Stop),
+            None => None,
         };
         if let Some(event) = event {
             if events.send(event).is_err() {
@@ -242,8 +239,8 @@ fn read_requests(link: UnixStream, events: mpsc::Sender<Event>) {
     let _ = events.send(Event::Gone);
 }
 
-fn send(out: &mut UnixStream, line: &str) {
-    let _ = out.write_all(format!("{line}\n").as_bytes());
+fn send(out: &mut UnixStream, report: &Report) {
+    let _ = out.write_all(format!("{report}\n").as_bytes());
 }
 
 #[cfg(test)]

@@ -1,6 +1,10 @@
 //! Log output: text or one JSON object per line (fields, `event` among them, at the top
-//! level), on stderr, at the configured level.
+//! level), on stderr, at the configured level. Logging never takes the election down: a
+//! broken stderr (closed pipe, closed descriptor) loses the lines, nothing else.
 
+use std::io::Write;
+
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -11,7 +15,8 @@ pub fn init(format: LogFormat, level: &str) {
     let filter = EnvFilter::new(format!("warn,leaderd={level}"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(Stderr)
+        .log_internal_errors(false)
         .with_target(false);
     let _ = match format {
         LogFormat::Json => builder
@@ -22,4 +27,80 @@ pub fn init(format: LogFormat, level: &str) {
             .try_init(),
         LogFormat::Text => builder.with_ansi(false).try_init(),
     };
+}
+
+/// stderr, with every write error swallowed (a line that cannot be written is dropped) and
+/// control characters inside a line escaped (a value from Redis cannot forge a line).
+#[derive(Clone, Copy)]
+struct Stderr;
+
+impl<'a> MakeWriter<'a> for Stderr {
+    type Writer = Lossy;
+
+    fn make_writer(&'a self) -> Lossy {
+        Lossy
+    }
+}
+
+/// One write to stderr that reports success whatever happens.
+struct Lossy;
+
+impl Write for Lossy {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().lock().write_all(&escape_controls(buf));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `buf` with every control character but a final newline written as `\xNN`.
+pub(crate) fn escape_controls(buf: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let body = buf.strip_suffix(b"\n").unwrap_or(buf);
+    let is_control = |b: &u8| *b < 0x20 || *b == 0x7f;
+    if !body.iter().any(is_control) {
+        return std::borrow::Cow::Borrowed(buf);
+    }
+    let mut out = Vec::with_capacity(buf.len() + 16);
+    for b in body {
+        if is_control(b) {
+            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+        } else {
+            out.push(*b);
+        }
+    }
+    if body.len() < buf.len() {
+        out.push(b'\n');
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `text` with every control character written as `\u{..}`, for one line of text output.
+pub fn escape_text(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_unicode().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_inside_a_line_are_escaped() {
+        assert_eq!(&*escape_controls(b"plain line\n"), b"plain line\n");
+        assert_eq!(
+            &*escape_controls(b"held by a\nINFO acquired\x1b[31m\n"),
+            b"held by a\\x0aINFO acquired\\x1b[31m\n"
+        );
+        assert_eq!(escape_text("a\u{1b}b"), "a\\u{1b}b");
+    }
 }

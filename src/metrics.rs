@@ -34,6 +34,7 @@ const RENEWALS_HELP: &str = "Attempts to renew the lease, by result.";
 const RENEW_DURATION_HELP: &str = "Round trip of each renew of the lease, in seconds.";
 const STEP_DOWNS_HELP: &str = "Terms this replica has ended, by reason.";
 const REDIS_ERRORS_HELP: &str = "Failed Redis calls, by kind.";
+const HTTP_REFUSED_HELP: &str = "HTTP connections closed at once: publish.max_connections reached.";
 const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
 
 /// Every series of the contract, in one private registry (never the global default, so
@@ -51,6 +52,7 @@ pub struct Metrics {
     renew_duration: Histogram,
     step_downs: IntCounterVec,
     redis_errors: IntCounterVec,
+    http_refused: IntCounter,
 }
 
 impl Metrics {
@@ -96,6 +98,7 @@ impl Metrics {
                 "kind",
                 &FailureKind::ALL.map(FailureKind::as_str),
             ),
+            http_refused: counter(r, "leaderd_http_refused_total", HTTP_REFUSED_HELP),
             registry,
         };
         metrics.register_build_info(version);
@@ -124,6 +127,11 @@ impl Metrics {
     /// Counts a step-down.
     pub fn step_down(&self, reason: StepDown) {
         self.step_downs.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Counts an HTTP connection closed at once because the connection cap was reached.
+    pub fn http_refused(&self) {
+        self.http_refused.inc();
     }
 
     /// Counts a failed Redis call by its kind.
@@ -257,6 +265,7 @@ mod tests {
             "leaderd_build_info{name=\"e1\",version=\"0.1.0\"} 1",
             "leaderd_renewals_total{name=\"e1\",result=\"lost\"} 0",
             "leaderd_healthy{name=\"e1\"} 1",
+            "leaderd_http_refused_total{name=\"e1\"} 0",
         ] {
             assert!(text.contains(series), "missing {series} in\n{text}");
         }

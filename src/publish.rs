@@ -54,17 +54,33 @@ pub async fn next_update(
 }
 
 /// Replaces `path` with `bytes` so a reader sees the old or the new content, never a mix:
-/// writes `<path>.tmp` beside it, fsyncs it, renames it over `path`, then fsyncs the directory.
-/// Creates the parent directory when missing.
+/// writes a new temp file of a random name beside it (created, never opened if it exists,
+/// never through a symlink; mode 0644), fsyncs it, renames it over `path`, then fsyncs the
+/// directory. Creates the parent directories (mode 0755) when missing.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let tmp = tmp_path(path)?;
     let dir = parent_dir(path);
-    std::fs::create_dir_all(dir)?;
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, path)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    // 0644 whatever the umask: readers of the status need not be leaderd's user.
+    let written = file
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .and_then(|()| file.write_all(bytes))
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     // Durability of the rename; some file systems refuse to fsync a directory, harmlessly.
     let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     Ok(())
@@ -75,8 +91,9 @@ fn tmp_path(path: &Path) -> std::io::Result<PathBuf> {
         let msg = format!("{} is not a file path", path.display());
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, msg));
     };
-    let mut tmp = file_name.to_owned();
-    tmp.push(".tmp");
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(file_name);
+    tmp.push(format!(".{:016x}.tmp", rand::random::<u64>()));
     Ok(path.with_file_name(tmp))
 }
 
@@ -134,7 +151,25 @@ mod tests {
         write_atomically(&path, b"one").unwrap();
         write_atomically(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        assert!(!dir.path().join("sub/leader.json.tmp").exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("sub")).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temp file is left behind");
+    }
+
+    #[test]
+    fn a_planted_symlink_is_never_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let path = dir.path().join("leader.json");
+        std::os::unix::fs::symlink(&victim, dir.path().join("leader.json.tmp")).unwrap();
+        for _ in 0..20 {
+            write_atomically(&path, b"doc").unwrap();
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o022, 0, "mode {mode:o}");
+        assert_eq!(mode & 0o444, 0o444, "mode {mode:o}");
     }
 
     #[test]

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 pub struct SignalInputs {
     /// Cancelled at the first SIGTERM or SIGINT.
     pub shutdown: CancellationToken,
-    /// One message per SIGUSR1.
+    /// One message per SIGUSR1; it never closes while the process runs (a closed channel
+    /// would read as an endless stream of yields to a careless reader).
     pub yields: mpsc::Receiver<()>,
 }
 
@@ -23,16 +24,19 @@ pub fn install() -> std::io::Result<SignalInputs> {
     let shutdown = CancellationToken::new();
     let (yield_tx, yields) = mpsc::channel(4);
     let token = shutdown.clone();
+    // Held for the life of the process, so `yields` never reads as closed.
+    std::mem::forget(yield_tx.clone());
     tokio::spawn(async move {
         while let Some(signal) = signals.next().await {
             match signal {
+                // Act first, log after: logging must never stand between a signal and its effect.
                 SIGUSR1 => {
-                    tracing::info!(event = "yield_requested", "SIGUSR1: yielding leadership");
                     let _ = yield_tx.try_send(());
+                    tracing::info!(event = "yield_requested", "SIGUSR1: yielding leadership");
                 }
                 _ => {
-                    tracing::info!(event = "shutdown_requested", signal, "shutting down");
                     token.cancel();
+                    tracing::info!(event = "shutdown_requested", signal, "shutting down");
                 }
             }
         }

@@ -49,6 +49,12 @@ fn leader_after(daemons: &[&Daemon], after_ms: u64) -> Option<String> {
 fn opts(name: &str, identity: &str, url: &str, extra: &str) -> DaemonOpts {
     let mut o = DaemonOpts::new(name, identity, url);
     o.extra_yaml = extra.to_string();
+    // A TLS handshake on a loaded 2-core machine can take longer than the fast test timings'
+    // 200 ms command timeout; these tests are about what is refused, not about speed.
+    o.lease = "4s".into();
+    o.renew_deadline = "3s".into();
+    o.retry = "1s".into();
+    o.command_timeout = "800ms".into();
     o
 }
 

@@ -42,7 +42,10 @@ const SCHEMA: &[(&str, &[&str])] = &[
         "election.health_check",
         &["http_get", "command", "period", "timeout", "failures"],
     ),
-    ("publish", &["http_addr", "leader_file", "ready_when"]),
+    (
+        "publish",
+        &["http_addr", "leader_file", "ready_when", "max_connections"],
+    ),
     (
         "exec",
         &["command", "stop_signal", "grace_period", "on_exit"],

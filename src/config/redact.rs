@@ -12,33 +12,44 @@ use super::{PublishConfig, RedisConfig, TlsConfig};
 pub(super) const REDACTED: &str = "<redacted>";
 
 /// Replaces the password of every URL in `text` (`scheme://user:PASSWORD@host`) with
-/// `<redacted>`; the rest of the text is unchanged.
-pub(super) fn scrub(text: &str) -> String {
+/// `<redacted>`; the rest of the text is unchanged. A password may hold any character
+/// (quotes, spaces, `/?#@`): everything from the user's `:` to the last `@` before the next
+/// URL or line break goes.
+pub(crate) fn scrub(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("://") {
         let (head, tail) = rest.split_at(at + 3);
         out.push_str(head);
-        let end = tail
-            .find(|c: char| c.is_whitespace() || "/?#\"'".contains(c))
+        let window_end = [tail.find("://"), tail.find('\n')]
+            .into_iter()
+            .flatten()
+            .min()
             .unwrap_or(tail.len());
-        let (authority, after) = tail.split_at(end);
-        out.push_str(&scrub_authority(authority));
-        rest = after;
+        let Some(last_at) = tail[..window_end].rfind('@') else {
+            rest = tail;
+            continue;
+        };
+        let userinfo = &tail[..last_at];
+        match userinfo.split_once(':') {
+            Some((user, _)) if user.chars().all(is_user_char) => {
+                out.push_str(user);
+                out.push(':');
+                out.push_str(REDACTED);
+            }
+            Some(_) => out.push_str(REDACTED),
+            None => out.push_str(userinfo),
+        }
+        out.push('@');
+        rest = &tail[last_at + 1..];
     }
     out.push_str(rest);
     out
 }
 
-/// `user:pass@host` becomes `user:<redacted>@host`; anything without a password is kept.
-fn scrub_authority(authority: &str) -> String {
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return authority.to_string();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{user}:{REDACTED}@{host}"),
-        None => authority.to_string(),
-    }
+/// A character of a plain user name (shown); anything else makes the userinfo a secret.
+fn is_user_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-._~%".contains(c)
 }
 
 impl Config {
@@ -150,6 +161,7 @@ fn publish(p: &PublishConfig) -> Value {
         ("http_addr", text(&addr)),
         ("leader_file", text(&file)),
         ("ready_when", text(name_of(READY_WHEN, p.ready_when))),
+        ("max_connections", Value::from(p.max_connections)),
     ])
 }
 
@@ -188,5 +200,12 @@ mod tests {
         assert_eq!(scrub("redis://h:6379/0"), "redis://h:6379/0");
         assert_eq!(scrub("no url here"), "no url here");
         assert_eq!(scrub("redis://u:p@ss@h"), "redis://u:<redacted>@h");
+        for secret in ["p\"w 0rd", "a/b", "a#b", "a?b", "a'b", "x@y/z"] {
+            let shown = scrub(&format!(
+                "\"redis://:{secret}@host:1/0\" is not a Redis URL"
+            ));
+            assert!(!shown.contains(secret), "{shown}");
+            assert!(shown.contains("<redacted>@host:1/0"), "{shown}");
+        }
     }
 }

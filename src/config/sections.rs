@@ -16,6 +16,7 @@ use super::{RedisConfig, RedisMode, Secret};
 
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 const DEFAULT_LEADER_FILE: &str = "/var/run/leaderd/leader.json";
+const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
 const PASSWORD_VAR: &str = "LEADERD_REDIS_PASSWORD";
 
 /// Reads the whole configuration; problems go to `r`, rejected values get defaults.
@@ -291,6 +292,9 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
         ready_when: r
             .get(r.file(&n, "ready_when"), choice(v::READY_WHEN))
             .unwrap_or(ReadyWhen::Leader),
+        max_connections: r
+            .get(r.file(&n, "max_connections"), v::connections)
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS),
     }
 }
 

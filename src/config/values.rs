@@ -64,9 +64,17 @@ pub(super) fn name(s: &str) -> Result<String, String> {
     }
 }
 
-/// This replica's identity: any non-empty text without control characters.
+/// The longest identity, in bytes of UTF-8.
+pub(super) const MAX_IDENTITY_BYTES: usize = 256;
+
+/// This replica's identity: 1-256 bytes of UTF-8 text without control characters.
 pub(super) fn identity(s: &str) -> Result<String, String> {
-    if s.is_empty() {
+    if s.len() > MAX_IDENTITY_BYTES {
+        Err(format!(
+            "an identity of {} bytes is not allowed (allowed: 1-{MAX_IDENTITY_BYTES} bytes of UTF-8 text without control characters)",
+            s.len()
+        ))
+    } else if s.is_empty() {
         Err(
             "\"\" is not allowed (an identity must not be empty and must differ between replicas)"
                 .into(),
@@ -85,7 +93,8 @@ pub(super) fn identity(s: &str) -> Result<String, String> {
 pub(super) fn redis_url(s: &str) -> Result<String, String> {
     let allowed =
         "allowed: redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path";
-    let fail = |why: &str| Err(format!("{s:?} is not a Redis URL ({why}; {allowed})"));
+    let shown = super::redact::scrub(s);
+    let fail = |why: &str| Err(format!("{shown:?} is not a Redis URL ({why}; {allowed})"));
     if let Some(path) = s.strip_prefix("unix://") {
         return if path.starts_with('/') {
             Ok(s.to_string())
@@ -107,14 +116,23 @@ pub(super) fn redis_url(s: &str) -> Result<String, String> {
 
 /// An HTTP URL for the health check: `http://host[:port][/path]`.
 pub(super) fn http_url(s: &str) -> Result<String, String> {
+    let shown = super::redact::scrub(s);
     let fail = |why: &str| {
         Err(format!(
-            "{s:?} is not an HTTP URL ({why}; allowed: http://host[:port][/path])"
+            "{shown:?} is not an HTTP URL ({why}; allowed: http://host[:port][/path])"
         ))
     };
     let Some(rest) = s.strip_prefix("http://") else {
         return fail("it must start with http://");
     };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err(
+            "the URL carries user information (user:password@), which leaderd never sends; \
+             remove it (allowed: http://host[:port][/path])"
+                .to_string(),
+        );
+    }
     match check_authority(rest) {
         Ok(()) => Ok(s.to_string()),
         Err(why) => fail(why),
@@ -191,6 +209,16 @@ pub(super) fn count(min: u32) -> impl Fn(&str) -> Result<u32, String> {
         Ok(n) if n >= min => Ok(n),
         _ => Err(format!(
             "{s:?} is not allowed (allowed: a whole number >= {min})"
+        )),
+    }
+}
+
+/// `publish.max_connections`: 1-65535.
+pub(super) fn connections(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=65535).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?} is not allowed (allowed: a whole number from 1 to 65535)"
         )),
     }
 }

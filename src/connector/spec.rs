@@ -209,7 +209,8 @@ impl RedisSpec {
             .enumerate()
             .map(|(i, url)| self.sentinel_client(url, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let tls = sentinels.iter().any(|u| u.starts_with("rediss://"));
+        // With TLS files given the master is always reached over TLS, whatever the Sentinels use.
+        let tls = !self.tls.is_empty() || sentinels.iter().any(|u| u.starts_with("rediss://"));
         let mut redis = RedisConnectionInfo::default();
         if let Some(user) = &self.username {
             redis = redis.set_username(user);

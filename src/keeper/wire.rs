@@ -1,4 +1,38 @@
-//! The keeper's reports to leaderd, one line each: `pid <pid>` and `exit <code> <cause>`.
+//! The keeper's wire protocol, one line per message, each a type with `Display` (what is
+//! written, without the newline) and `parse`: leaderd's [`Request`]s (`extend <ns>`, `stop`)
+//! and the keeper's [`Report`]s (`pid <pid>`, `exit <code> <cause>`).
+
+use std::fmt;
+
+/// A line from leaderd to the keeper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// A new validity, in absolute `CLOCK_MONOTONIC` nanoseconds.
+    Extend(u64),
+    /// Stop the child: the stop signal, then SIGKILL after the grace period.
+    Stop,
+}
+
+impl Request {
+    /// Parses one line; `None` for anything else.
+    pub fn parse(line: &str) -> Option<Request> {
+        let mut words = line.split_whitespace();
+        match (words.next()?, words.next(), words.next()) {
+            ("extend", Some(ns), None) => ns.parse().ok().map(Request::Extend),
+            ("stop", None, None) => Some(Request::Stop),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Request::Extend(ns) => write!(f, "extend {ns}"),
+            Request::Stop => f.write_str("stop"),
+        }
+    }
+}
 
 /// Why the child ended, as the keeper reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,9 +97,30 @@ impl Report {
     }
 }
 
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Report::Started(pid) => write!(f, "pid {pid}"),
+            Report::Ended(code, cause) => write!(f, "exit {code} {}", cause.as_str()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_message_parses_back_from_its_display() {
+        for request in [Request::Extend(42), Request::Stop] {
+            assert_eq!(Request::parse(&request.to_string()), Some(request));
+        }
+        for report in [Report::Started(7), Report::Ended(137, Cause::SpawnFailed)] {
+            assert_eq!(Report::parse(&report.to_string()), Some(report));
+        }
+        assert_eq!(Request::parse("stop now"), None);
+        assert_eq!(Request::parse("extend x"), None);
+    }
 
     #[test]
     fn reports_round_trip() {

@@ -1,0 +1,298 @@
+//! The contract's "HTTP under load", against the real binary: a flood of idle, slow,
+//! oversized and non-reading clients neither starves the election nor grows leaderd's
+//! memory; connections past `publish.max_connections` are closed at once and counted;
+//! shutdown does not wait for a client; a low `nofile` limit does not make the leader fall.
+
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use support::{wait_until, Daemon, DaemonOpts, RedisServer};
+
+const STEP: Duration = Duration::from_millis(50);
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    s
+}
+
+/// Resident memory of `pid` in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// True when the server closed `s` (end of file or reset) within `within`.
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue, // a 431 or 408 answer, then the close
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+fn leading(d: &Daemon) -> bool {
+    d.status_doc()
+        .is_some_and(|doc| doc["is_leader"] == serde_json::Value::Bool(true))
+}
+
+fn step_downs(d: &Daemon) -> usize {
+    d.events_named("stepped_down").len()
+}
+
+fn start_leader(redis: &RedisServer, extra_yaml: &str) -> Daemon {
+    let mut opts = DaemonOpts::new("load", "pod-a", &redis.url());
+    opts.extra_yaml = extra_yaml.into();
+    let d = Daemon::spawn(&opts);
+    wait_until(Duration::from_secs(10), STEP, || leading(&d).then_some(())).expect("pod-a leads");
+    d
+}
+
+#[test]
+fn a_flood_of_hostile_clients_neither_stops_the_leader_nor_grows_its_memory() {
+    let redis = RedisServer::start();
+    let d = start_leader(&redis, "");
+    let addr = d.http_addr();
+    let rss_before = rss_kib(d.pid());
+    let mut held = Vec::new();
+    // 500 event streams that never read.
+    for _ in 0..500 {
+        let mut s = connect(addr);
+        s.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        held.push(s);
+    }
+    // 170 clients each sending 400 KB of headers that never end.
+    let filler = format!("X-Fill: {}\r\n", "a".repeat(1000));
+    let mut big = Vec::new();
+    for _ in 0..170 {
+        let mut s = connect(addr);
+        let _ = s.write_all(b"GET /leader HTTP/1.1\r\nHost: x\r\n");
+        for _ in 0..400 {
+            if s.write_all(filler.as_bytes()).is_err() {
+                break; // refused at the header limit: what we want
+            }
+        }
+        big.push(s);
+    }
+    // 300 slowloris clients, and idle ones.
+    let mut slow = Vec::new();
+    for i in 0..300 {
+        let mut s = connect(addr);
+        if i % 2 == 0 {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+        }
+        slow.push(s);
+    }
+    // While it all stays open: probes, scrapes and status answer, each within 1 s.
+    let flood_end = Instant::now() + Duration::from_secs(4);
+    let mut probes = 0;
+    while Instant::now() < flood_end {
+        for path in ["/readyz", "/leader", "/metrics"] {
+            let t0 = Instant::now();
+            let (code, _) =
+                support::daemon::http_request(addr, "GET", path, Duration::from_secs(1));
+            assert_eq!(code, 200, "{path} under the flood");
+            assert!(
+                t0.elapsed() < Duration::from_secs(1),
+                "{path} took {:?}",
+                t0.elapsed()
+            );
+            probes += 1;
+        }
+        for s in slow.iter_mut().step_by(2) {
+            let _ = s.write_all(b"a"); // a byte now and then, never the end of the headers
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(probes >= 6);
+    let rss_flood = rss_kib(d.pid());
+    // Oversized heads are refused (431 and closed) long before 400 KB.
+    let refused = big
+        .iter_mut()
+        .map(|s| closed_within(s, Duration::from_secs(1)))
+        .filter(|closed| *closed)
+        .count();
+    assert_eq!(refused, 170, "every oversized head is closed");
+    // Slowloris: past the 5 s header timeout every unfinished head is closed.
+    let slow_closed = slow
+        .iter_mut()
+        .map(|s| closed_within(s, Duration::from_secs(4)))
+        .filter(|closed| *closed)
+        .count();
+    assert_eq!(
+        slow_closed, 300,
+        "idle and unfinished connections are closed by the timeout"
+    );
+    assert!(leading(&d), "still leader after the flood");
+    assert_eq!(
+        step_downs(&d),
+        0,
+        "no step-down under the flood:\n{}",
+        d.log()
+    );
+    eprintln!("RSS before {rss_before} KiB, under the flood {rss_flood} KiB");
+    assert!(rss_flood < 64 * 1024, "RSS {rss_flood} KiB under the flood");
+    drop(held);
+}
+
+#[test]
+fn connections_past_max_connections_are_closed_at_once_and_counted() {
+    let redis = RedisServer::start();
+    let d = start_leader(&redis, "publish:\n  max_connections: 20\n");
+    let addr = d.http_addr();
+    let (_, metrics) = d.get("/metrics");
+    assert!(
+        metrics.contains("leaderd_http_refused_total{name=\"load\"} 0"),
+        "{metrics}"
+    );
+    let held: Vec<TcpStream> = (0..20).map(|_| connect(addr)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra: Vec<TcpStream> = (0..5).map(|_| connect(addr)).collect();
+    for s in &mut extra {
+        let t0 = Instant::now();
+        assert!(
+            closed_within(s, Duration::from_secs(1)),
+            "a connection past the cap is closed"
+        );
+        assert!(t0.elapsed() < Duration::from_millis(900), "closed at once");
+    }
+    drop(held);
+    let text = wait_until(Duration::from_secs(3), STEP, || {
+        let (code, body) = d.get("/metrics");
+        (code == 200).then_some(body)
+    })
+    .expect("/metrics answers once the held connections are gone");
+    let refused: f64 = text
+        .lines()
+        .find(|l| l.starts_with("leaderd_http_refused_total{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("the refused counter");
+    assert!(refused >= 5.0, "refused {refused}");
+    assert!(leading(&d));
+}
+
+#[test]
+fn shutdown_does_not_wait_for_a_client_with_a_half_sent_request() {
+    let redis = RedisServer::start();
+    let mut d = start_leader(&redis, "");
+    let mut half = connect(d.http_addr());
+    half.write_all(b"GET /leader HTTP/1.1\r\nHost: x\r\nX-Half: ")
+        .unwrap();
+    let mut stream = connect(d.http_addr());
+    stream
+        .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    d.signal(Signal::SIGTERM);
+    let code = d.wait_exit(Duration::from_secs(5));
+    let took = t0.elapsed();
+    assert_eq!(code, Some(0), "{}", d.log());
+    // grace_period (3 s default, no child here) + 1 s bounds it; HTTP adds at most ~1 s.
+    assert!(took < Duration::from_millis(2500), "exit took {took:?}");
+    let key = "leaderd:{load}:lock";
+    assert_eq!(redis.cmd(&["EXISTS", key]), "0", "the lease is released");
+    drop((half, stream));
+}
+
+#[test]
+fn idle_clients_under_a_low_nofile_limit_do_not_starve_the_election() {
+    let redis = RedisServer::start();
+    let mut opts = DaemonOpts::new("fds", "pod-a", &redis.url());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let leader_file = dir.path().join("leader.json");
+    let port = support::free_port();
+    opts.lease = "2s".into();
+    std::fs::write(
+        &config,
+        support::daemon::render_config(&opts, port, &leader_file),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let script = format!(
+        "ulimit -n 64 && exec {} run --config {}",
+        support::leaderd_bin().display(),
+        config.display()
+    );
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let doc = || {
+        let (code, body) =
+            support::daemon::http_request(addr, "GET", "/leader", Duration::from_secs(1));
+        (code == 200)
+            .then(|| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .flatten()
+    };
+    let led = wait_until(Duration::from_secs(10), STEP, || {
+        doc().filter(|d| d["is_leader"] == true).map(|_| ())
+    });
+    let logs = || std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+    if led.is_none() {
+        let _ = child.kill();
+        panic!("never led:\n{}", logs());
+    }
+    // 80 idle clients: more than the 64 descriptors the process may have in total.
+    let mut idle: Vec<TcpStream> = Vec::new();
+    for _ in 0..80 {
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            idle.push(s);
+        }
+    }
+    // Hold them past several renewals (retry 300 ms) and a Redis reconnect.
+    let written_before = std::fs::metadata(&leader_file)
+        .and_then(|m| m.modified())
+        .ok();
+    redis.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    std::thread::sleep(Duration::from_secs(3));
+    let written_after = std::fs::metadata(&leader_file)
+        .and_then(|m| m.modified())
+        .ok();
+    let text = logs();
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&leader_file).unwrap()).unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        Signal::SIGTERM,
+    );
+    let _ = wait_until(Duration::from_secs(5), STEP, || {
+        child.try_wait().ok().flatten()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !text.contains("stepped_down"),
+        "the leader stepped down:\n{text}"
+    );
+    assert!(!text.contains("cannot write the leader file"), "{text}");
+    assert!(written_before.is_some());
+    assert_ne!(
+        written_after, written_before,
+        "the leader file is rewritten at renewals"
+    );
+    assert_eq!(file["is_leader"], true, "the leader file still says leader");
+    drop(idle);
+}
