@@ -25,7 +25,7 @@ use chaos_common::{
 };
 use rand::rngs::StdRng;
 use rand::Rng;
-use support::{Daemon, Proxy, RedisServer, Term};
+use support::{Proxy, RedisServer, Term};
 
 const LEASE_MS: u64 = 1000;
 const TIMINGS: Timings = Timings {
@@ -107,12 +107,8 @@ impl World {
 }
 
 impl ChaosWorld for World {
-    fn daemons(&self) -> &[Daemon] {
-        &self.replicas.daemons
-    }
-
-    fn daemons_mut(&mut self) -> &mut [Daemon] {
-        &mut self.replicas.daemons
+    fn replicas(&mut self) -> &mut Replicas {
+        &mut self.replicas
     }
 
     fn settle(&self) -> Duration {

@@ -23,7 +23,7 @@ use chaos_common::{
 };
 use rand::rngs::StdRng;
 use rand::Rng;
-use support::{Daemon, Proxy, RedisServer};
+use support::{Proxy, RedisServer};
 
 const NODES: usize = 5;
 const LEASE_MS: u64 = 1000;
@@ -176,12 +176,8 @@ impl World {
 }
 
 impl ChaosWorld for World {
-    fn daemons(&self) -> &[Daemon] {
-        &self.replicas.daemons
-    }
-
-    fn daemons_mut(&mut self) -> &mut [Daemon] {
-        &mut self.replicas.daemons
+    fn replicas(&mut self) -> &mut Replicas {
+        &mut self.replicas
     }
 
     fn settle(&self) -> Duration {
@@ -207,11 +203,9 @@ impl ChaosWorld for World {
         if kind.on_redis() {
             return self.node_fault(kind, rng, faults);
         }
-        let Some(target) = self.replicas.pick(leader, rng) else {
+        let Some((due, undo, idx)) = self.replicas.inject(kind, leader, rng, faults) else {
             return false;
         };
-        let idx = faults.begin(kind, Some(target), "", leader == Some(target));
-        let (due, undo) = self.replicas.hit(kind, target, rng);
         self.pending.push(due, Undo::Replica(undo), idx);
         true
     }

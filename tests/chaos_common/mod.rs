@@ -42,9 +42,10 @@ impl Settings {
             min_transitions,
             seed: env_u64("CHAOS_SEED").unwrap_or_else(|| rand::rng().random()),
             exec: std::env::var("CHAOS_EXEC").is_ok_and(|v| v == "1"),
+            // Absolute: the replicas (and their exec-mode children) run in their own dirs.
             out: std::env::var_os("CHAOS_OUT").map_or_else(
                 || Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-{label}")),
-                PathBuf::from,
+                |p| std::path::absolute(PathBuf::from(p)).expect("CHAOS_OUT as an absolute path"),
             ),
         }
     }
@@ -170,8 +171,7 @@ impl Faults {
 
 /// One mode's processes and faults.
 pub trait ChaosWorld {
-    fn daemons(&self) -> &[Daemon];
-    fn daemons_mut(&mut self) -> &mut [Daemon];
+    fn replicas(&mut self) -> &mut Replicas;
     /// Injects one fault; false when it chose to wait (no leader to hit right now).
     fn inject(&mut self, rng: &mut StdRng, faults: &mut Faults) -> bool;
     /// Ends the faults that are due (all of them with `all`).
@@ -260,7 +260,8 @@ pub fn run(s: &Settings, mode: &str, rng: &mut StdRng, world: &mut dyn ChaosWorl
             counted_at = now;
             let elapsed = started.elapsed();
             if elapsed >= Duration::from_secs(s.seconds)
-                && (transitions(world.daemons()) >= s.min_transitions || elapsed >= s.hard_limit())
+                && (transitions(&world.replicas().daemons) >= s.min_transitions
+                    || elapsed >= s.hard_limit())
             {
                 break;
             }
@@ -270,10 +271,10 @@ pub fn run(s: &Settings, mode: &str, rng: &mut StdRng, world: &mut dyn ChaosWorl
     // Heal everything, let the election settle, then stop every replica cleanly.
     world.undo_due(true, &mut faults);
     std::thread::sleep(world.settle());
-    for d in world.daemons() {
+    for d in &world.replicas().daemons {
         d.signal(Signal::SIGTERM);
     }
-    for d in world.daemons_mut() {
+    for d in &mut world.replicas().daemons {
         d.wait_exit(Duration::from_secs(10));
     }
     let ended_ms = now_ms();
@@ -288,8 +289,9 @@ fn check_and_report(
     started_ms: u64,
     ended_ms: u64,
 ) {
-    let logs: Vec<_> = world.daemons().iter().map(Daemon::safety_log).collect();
-    for (i, d) in world.daemons().iter().enumerate() {
+    let daemons = &mut world.replicas().daemons;
+    let logs: Vec<_> = daemons.iter().map(Daemon::safety_log).collect();
+    for (i, d) in daemons.iter().enumerate() {
         let _ = std::fs::copy(d.log_path(), s.out.join(format!("r{i}.log")));
     }
     let (terms, mut violations) = match check_logs(&logs) {
@@ -303,7 +305,7 @@ fn check_and_report(
     if s.exec {
         violations.extend(report::check_children(s, &terms));
     }
-    for (i, d) in world.daemons_mut().iter_mut().enumerate() {
+    for (i, d) in daemons.iter_mut().enumerate() {
         let code = d.try_exit_code();
         if code != Some(0) {
             violations.push(format!(
@@ -422,6 +424,21 @@ impl Replicas {
             _ if free.is_empty() => None,
             _ => Some(free[rng.random_range(0..free.len())]),
         }
+    }
+
+    /// A process fault (`Kill`, `Stop`, `Term`) on a target `pick` chose, recorded in
+    /// `faults`: when it ends, how, and its index; `None` when it chose to wait.
+    pub fn inject(
+        &mut self,
+        kind: Kind,
+        leader: Option<usize>,
+        rng: &mut StdRng,
+        faults: &mut Faults,
+    ) -> Option<(Duration, ReplicaUndo, usize)> {
+        let target = self.pick(leader, rng)?;
+        let idx = faults.begin(kind, Some(target), "", leader == Some(target));
+        let (due, undo) = self.hit(kind, target, rng);
+        Some((due, undo, idx))
     }
 
     /// SIGKILL, SIGSTOP or SIGTERM `target`; when and how it ends.
