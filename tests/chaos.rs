@@ -55,9 +55,7 @@ fn chaos_long() {
 }
 
 fn run(s: &Settings) {
-    let mut rng = chaos_common::prepare(s, "single Redis");
-    let mut world = World::start(s);
-    chaos_common::run(s, "single Redis", &mut rng, &mut world);
+    chaos_common::start_and_run(s, "single Redis", World::start);
 }
 
 /// How a fault ends.

@@ -57,9 +57,7 @@ fn chaos_long_redlock() {
 }
 
 fn run(s: &Settings) {
-    let mut rng = chaos_common::prepare(s, MODE);
-    let mut world = World::start(s);
-    chaos_common::run(s, MODE, &mut rng, &mut world);
+    chaos_common::start_and_run(s, MODE, World::start);
 }
 
 #[derive(Debug)]

@@ -28,7 +28,7 @@ use chaos_common::{
 use rand::rngs::StdRng;
 use rand::Rng;
 use support::sentinel::MASTER;
-use support::{resp_cmd, wait_until, RedisServer, Sentinel};
+use support::{resp_cmd, RedisServer, Sentinel};
 
 /// `command_timeout` of 250 ms: `min_replicas_ack` wants 200 ms or more (README).
 const TIMINGS: Timings = Timings {
@@ -65,9 +65,7 @@ fn run(s: &Settings) {
         min_replicas_ack(),
         if forced_failovers() { "on" } else { "off" }
     );
-    let mut rng = chaos_common::prepare(s, &mode);
-    let mut world = World::start(s);
-    chaos_common::run(s, &mode, &mut rng, &mut world);
+    chaos_common::start_and_run(s, &mode, World::start);
 }
 
 /// `CHAOS_SENTINEL_ACK` (default 1) replicas must acknowledge every acquire and renew.
@@ -107,39 +105,12 @@ impl World {
         // failover or a restart. And a replica loads a full sync from the socket: by default
         // (`repl-diskless-load disabled`) it writes it to `dump.rdb`, which a restart loads
         // even with `save ""`: a restart with old data (found by this run).
-        let fast = [
+        let (servers, sentinels) = support::sentinel::start_watched(&[
             "--repl-diskless-sync-delay",
             "0",
             "--repl-diskless-load",
             "swapdb",
-        ];
-        let master = RedisServer::start_with_args(&fast);
-        let mport = master.port().to_string();
-        let replica = || {
-            let mut args = fast.to_vec();
-            args.extend(["--replicaof", "127.0.0.1", &mport]);
-            RedisServer::start_with_args(&args)
-        };
-        let servers = vec![master, replica(), replica()];
-        let synced = wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
-            let info = servers[0].cmd(&["INFO", "replication"]);
-            (info.matches("state=online").count() == 2).then_some(())
-        });
-        assert!(synced.is_some(), "the replicas never got in sync");
-        let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(servers[0].port())).collect();
-        let ready = wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
-            sentinels
-                .iter()
-                .all(|s| {
-                    s.master_field("num-slaves") == "2"
-                        && s.master_field("num-other-sentinels") == "2"
-                })
-                .then_some(())
-        });
-        assert!(
-            ready.is_some(),
-            "sentinels never saw 2 replicas and each other"
-        );
+        ]);
         // The election exists already (skip the first-start quarantine).
         let fence_key = format!("leaderd:{{{NAME}}}:fence");
         assert_eq!(servers[0].cmd(&["SET", &fence_key, "1000"]), "OK");

@@ -54,30 +54,8 @@ fn server_on(servers: &mut [RedisServer], port: u16) -> &mut RedisServer {
 fn leadership_follows_a_forced_failover_and_a_killed_master() {
     // No delay before a (diskless) full sync: replicas are in sync at once, also after a
     // failover.
-    let fast = ["--repl-diskless-sync-delay", "0"];
-    let master = RedisServer::start_with_args(&fast);
-    let mport = master.port().to_string();
-    let replica =
-        || RedisServer::start_with_args(&[fast[0], fast[1], "--replicaof", "127.0.0.1", &mport]);
-    let mut servers = vec![master, replica(), replica()];
-    let synced = wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
-        let info = servers[0].cmd(&["INFO", "replication"]);
-        (info.matches("state=online").count() == 2).then_some(())
-    });
-    assert!(synced.is_some(), "the replicas never got in sync");
-    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(servers[0].port())).collect();
-    let ready = wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
-        sentinels
-            .iter()
-            .all(|s| {
-                s.master_field("num-slaves") == "2" && s.master_field("num-other-sentinels") == "2"
-            })
-            .then_some(())
-    });
-    assert!(
-        ready.is_some(),
-        "sentinels never saw 2 replicas and each other"
-    );
+    let (mut servers, sentinels) =
+        support::sentinel::start_watched(&["--repl-diskless-sync-delay", "0"]);
 
     // The election exists already (skip the first-start quarantine).
     let fence_key = format!("leaderd:{{{NAME}}}:fence");

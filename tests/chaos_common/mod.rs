@@ -238,6 +238,13 @@ fn transitions(daemons: &[Daemon]) -> usize {
         .sum()
 }
 
+/// Prepares the output, starts the mode's world and runs it (see `run`).
+pub fn start_and_run<W: ChaosWorld>(s: &Settings, mode: &str, start: impl FnOnce(&Settings) -> W) {
+    let mut rng = prepare(s, mode);
+    let mut world = start(s);
+    run(s, mode, &mut rng, &mut world);
+}
+
 /// Runs the faults until the time and the transitions are reached, heals, stops every
 /// replica with SIGTERM, checks, reports, and fails on any violation.
 pub fn run(s: &Settings, mode: &str, rng: &mut StdRng, world: &mut dyn ChaosWorld) {
@@ -301,6 +308,10 @@ fn check_and_report(
             e.lines().map(str::to_string).collect(),
         ),
     };
+    // The replicas were spawned before the clock started: a first term may begin earlier.
+    let started_ms = terms
+        .first()
+        .map_or(started_ms, |t| t.acquired_at_ms.min(started_ms));
     let never_valid = never_valid_from_logs(&logs).len();
     if s.exec {
         violations.extend(report::check_children(s, &terms));

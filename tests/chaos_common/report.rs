@@ -314,8 +314,8 @@ pub fn timeline_svg(
                 ROW - 6.0,
                 PALETTE[r % REPLICAS],
                 term.fence,
-                term.acquired_at_ms - from,
-                term.claim_end_ms() - from
+                term.acquired_at_ms.saturating_sub(from),
+                term.claim_end_ms().saturating_sub(from)
             );
         }
         // Faults: a thin band along the bottom of the row for the fault's duration, and a

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{free_port, resp_cmd, wait_until};
+use super::{free_port, resp_cmd, wait_until, RedisServer};
 
 /// The master name the Sentinels monitor.
 pub const MASTER: &str = "leaderd-master";
@@ -121,4 +121,36 @@ impl Drop for Sentinel {
             eprintln!("---- sentinel {} ----\n{}", self.port, tail.join("\n"));
         }
     }
+}
+
+/// A master and two replicas of it (each started with `args`), in sync, and three Sentinels
+/// that see both replicas and each other.
+pub fn start_watched(args: &[&str]) -> (Vec<RedisServer>, Vec<Sentinel>) {
+    let master = RedisServer::start_with_args(args);
+    let mport = master.port().to_string();
+    let replica = || {
+        let mut with = args.to_vec();
+        with.extend(["--replicaof", "127.0.0.1", &mport]);
+        RedisServer::start_with_args(&with)
+    };
+    let servers = vec![master, replica(), replica()];
+    let synced = wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
+        let info = servers[0].cmd(&["INFO", "replication"]);
+        (info.matches("state=online").count() == 2).then_some(())
+    });
+    assert!(synced.is_some(), "the replicas never got in sync");
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(servers[0].port())).collect();
+    let ready = wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
+        sentinels
+            .iter()
+            .all(|s| {
+                s.master_field("num-slaves") == "2" && s.master_field("num-other-sentinels") == "2"
+            })
+            .then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "sentinels never saw 2 replicas and each other"
+    );
+    (servers, sentinels)
 }
