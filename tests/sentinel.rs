@@ -6,126 +6,15 @@
 
 mod support;
 
-use std::fs::OpenOptions;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
-use support::{check_logs, free_port, resp_cmd, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::sentinel::MASTER;
+use support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer, Sentinel};
 
-const MASTER: &str = "leaderd-master";
 const NAME: &str = "sentinel-election";
 const LEASE_MS: u64 = 3000;
 const T: Duration = Duration::from_secs(5);
-
-/// A redis-sentinel process on 127.0.0.1 with its own config file; killed on drop.
-struct Sentinel {
-    port: u16,
-    dir: tempfile::TempDir,
-    child: Child,
-}
-
-impl Sentinel {
-    fn start(master_port: u16) -> Sentinel {
-        let dir = tempfile::Builder::new()
-            .prefix("leaderd-sentinel-")
-            .tempdir()
-            .expect("temp dir");
-        for _ in 0..5 {
-            let port = free_port();
-            let conf = dir.path().join("sentinel.conf");
-            let text = format!(
-                "port {port}\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\ndir {dir}\n\
-                 sentinel monitor {MASTER} 127.0.0.1 {master_port} 2\n\
-                 sentinel down-after-milliseconds {MASTER} 1000\n\
-                 sentinel failover-timeout {MASTER} 6000\n\
-                 sentinel parallel-syncs {MASTER} 2\n",
-                dir = dir.path().display()
-            );
-            std::fs::write(&conf, text).expect("write sentinel.conf");
-            let log = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.path().join("sentinel.log"))
-                .expect("log");
-            let mut child = Command::new("redis-sentinel")
-                .arg(&conf)
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log.try_clone().expect("log")))
-                .stderr(Stdio::from(log))
-                .spawn()
-                .expect("spawn redis-sentinel");
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let up = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return Some(false);
-                }
-                resp_cmd(addr, &["PING"], Duration::from_millis(300))
-                    .ok()
-                    .filter(|r| r == "PONG")
-                    .map(|_| true)
-            });
-            if up == Some(true) {
-                return Sentinel { port, dir, child };
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("redis-sentinel did not start");
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn cmd(&self, args: &[&str]) -> String {
-        resp_cmd(self.addr(), args, T).unwrap_or_else(|e| panic!("sentinel {args:?}: {e}"))
-    }
-
-    /// The master's port as this sentinel names it.
-    fn master_port(&self) -> u16 {
-        let reply = self.cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER]);
-        reply
-            .lines()
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// `SENTINEL MASTER` as field -> value.
-    fn master_field(&self, field: &str) -> String {
-        let reply = self.cmd(&["SENTINEL", "MASTER", MASTER]);
-        let lines: Vec<&str> = reply.lines().collect();
-        lines
-            .chunks(2)
-            .find(|kv| kv[0] == field)
-            .map(|kv| kv.get(1).unwrap_or(&"").to_string())
-            .unwrap_or_default()
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("sentinel.log")
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(30)..];
-            eprintln!("---- sentinel {} ----\n{}", self.port, tail.join("\n"));
-        }
-    }
-}
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -165,30 +54,8 @@ fn server_on(servers: &mut [RedisServer], port: u16) -> &mut RedisServer {
 fn leadership_follows_a_forced_failover_and_a_killed_master() {
     // No delay before a (diskless) full sync: replicas are in sync at once, also after a
     // failover.
-    let fast = ["--repl-diskless-sync-delay", "0"];
-    let master = RedisServer::start_with_args(&fast);
-    let mport = master.port().to_string();
-    let replica =
-        || RedisServer::start_with_args(&[fast[0], fast[1], "--replicaof", "127.0.0.1", &mport]);
-    let mut servers = vec![master, replica(), replica()];
-    let synced = wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
-        let info = servers[0].cmd(&["INFO", "replication"]);
-        (info.matches("state=online").count() == 2).then_some(())
-    });
-    assert!(synced.is_some(), "the replicas never got in sync");
-    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(servers[0].port())).collect();
-    let ready = wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
-        sentinels
-            .iter()
-            .all(|s| {
-                s.master_field("num-slaves") == "2" && s.master_field("num-other-sentinels") == "2"
-            })
-            .then_some(())
-    });
-    assert!(
-        ready.is_some(),
-        "sentinels never saw 2 replicas and each other"
-    );
+    let (mut servers, sentinels) =
+        support::sentinel::start_watched(&["--repl-diskless-sync-delay", "0"]);
 
     // The election exists already (skip the first-start quarantine).
     let fence_key = format!("leaderd:{{{NAME}}}:fence");
@@ -314,7 +181,7 @@ fn leadership_follows_a_forced_failover_and_a_killed_master() {
         }
         for s in &sentinels {
             let log = std::fs::read_to_string(s.log_path()).unwrap_or_default();
-            eprintln!("==== sentinel {} ====\n{log}", s.port);
+            eprintln!("==== sentinel {} ====\n{log}", s.port());
         }
     }
 }

@@ -5,11 +5,15 @@ pub mod daemon;
 pub mod proxy;
 pub mod redis;
 pub mod safety;
+pub mod sentinel;
+pub mod timeshift;
 
 pub use self::daemon::{leaderd_bin, run_cli, CliOutput, Daemon, DaemonOpts};
 pub use self::proxy::Proxy;
 pub use self::redis::{resp_cmd, RedisServer, Reply, RespConn};
 pub use self::safety::{check_logs, check_no_overlap, terms_from_logs, Term};
+pub use self::sentinel::Sentinel;
+pub use self::timeshift::ShiftedClock;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -21,6 +21,8 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     extra: Vec<String>,
     password: Option<String>,
+    /// Set in the server's environment (e.g. a `ShiftedClock`'s preload).
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -33,6 +35,11 @@ impl RedisServer {
     /// Like `start`, with extra redis-server arguments (e.g. `["--requirepass", "secret"]`).
     /// A `--requirepass X` among them makes `cmd` authenticate with X.
     pub fn start_with_args(extra: &[&str]) -> RedisServer {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Like `start_with_args`, with `env` set in the server's environment (every incarnation).
+    pub fn start_with_env(extra: &[&str], env: &[(String, String)]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("leaderd-redis-")
             .tempdir()
@@ -47,6 +54,7 @@ impl RedisServer {
             dir,
             extra,
             password,
+            env: env.to_vec(),
             child: None,
         };
         // A freshly picked port may be taken by someone else in between: pick another one.
@@ -187,6 +195,7 @@ impl RedisServer {
             .args(["--appendonly", "no", "--dir", &dir, "--daemonize", "no"])
             .args(["--protected-mode", "no"])
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))

@@ -49,12 +49,22 @@ pub fn event_name(ev: &Value) -> Option<&str> {
 /// Rebuild terms from `(replica, events)` pairs, sorted by `acquired_at_ms` (then fence).
 /// `renewed` and `stepped_down` lines attach to the latest `acquired` line with the same
 /// fence in the same replica's log; lines without one are ignored here (`check_logs`
-/// reports them). `acquired` lines without `fence` or `acquired_at_ms` are ignored too.
+/// reports them). `acquired` lines without `fence` or `acquired_at_ms` are ignored too, and
+/// so are acquires that were never valid (see `never_valid_from_logs`).
 pub fn terms_from_logs(logs: &[(String, Vec<Value>)]) -> Vec<Term> {
     build(logs).0
 }
 
-fn build(logs: &[(String, Vec<Value>)]) -> (Vec<Term>, Vec<String>) {
+/// The `acquired` lines that were never a term: the reply came after the validity it
+/// carried (`lease_valid_until_ms <= acquired_at_ms`, e.g. a replica frozen between sending
+/// the acquire and reading its reply), and no later line of that fence extended it. Such a
+/// claim is empty, so it cannot overlap anything, and its fence (granted before the freeze)
+/// is older than terms that began meanwhile: counting it would read as a fence going back.
+pub fn never_valid_from_logs(logs: &[(String, Vec<Value>)]) -> Vec<Term> {
+    build(logs).2
+}
+
+fn build(logs: &[(String, Vec<Value>)]) -> (Vec<Term>, Vec<String>, Vec<Term>) {
     let mut terms: Vec<Term> = Vec::new();
     let mut problems = Vec::new();
     for (replica, events) in logs {
@@ -103,8 +113,12 @@ fn build(logs: &[(String, Vec<Value>)]) -> (Vec<Term>, Vec<String>) {
             }
         }
     }
+    let (mut terms, mut never_valid): (Vec<Term>, Vec<Term>) = terms
+        .into_iter()
+        .partition(|t| t.last_valid_until_ms > t.acquired_at_ms);
     terms.sort_by_key(|t| (t.acquired_at_ms, t.fence));
-    (terms, problems)
+    never_valid.sort_by_key(|t| (t.acquired_at_ms, t.fence));
+    (terms, problems, never_valid)
 }
 
 fn describe(t: &Term) -> String {
@@ -186,7 +200,7 @@ pub fn check_no_overlap(terms: &[Term]) -> Result<(), String> {
 /// `renewed` / `stepped_down` lines whose fence has no `acquired` line in that replica's log.
 /// Returns the terms when everything holds.
 pub fn check_logs(logs: &[(String, Vec<Value>)]) -> Result<Vec<Term>, String> {
-    let (terms, mut problems) = build(logs);
+    let (terms, mut problems, _) = build(logs);
     if let Err(e) = check_no_overlap(&terms) {
         problems.push(e);
     }
