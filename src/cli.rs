@@ -174,7 +174,7 @@ fn fail(err: &daemon::DaemonError) -> i32 {
     tracing::error!(event = "fatal", error = %err, "{err}");
     eprintln!("leaderd: {err}");
     match err {
-        daemon::DaemonError::Listen { .. } => EXIT_FAILURE,
+        daemon::DaemonError::Listen { .. } | daemon::DaemonError::ProxyListen(_) => EXIT_FAILURE,
         _ => EXIT_USAGE,
     }
 }
@@ -190,6 +190,9 @@ fn check_config(overrides: &Overrides) -> i32 {
             eprintln!("leaderd: {problem}");
         }
         return EXIT_USAGE;
+    }
+    for warning in daemon::warnings(&config) {
+        eprintln!("leaderd: warning: {warning}");
     }
     print!("{}", config.to_redacted_yaml());
     0

@@ -7,9 +7,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, OnExit, OnLost, RedisMode};
+use crate::config::{Config, OnChange, OnExit, OnLost, RedisMode};
 use crate::election::{
-    self, AfterLoss, AfterWorkExit, Inputs, LeaseBackend, NoWork, Policy, Reporter, Timing,
+    self, AfterLoss, AfterWorkExit, Inputs, LeaseBackend, NoWork, Outputs, Policy, Reporter, Timing,
 };
 use crate::lease::{Holder, LeaseClient, LeaseError, LeaseSpec};
 use crate::metrics::Metrics;
@@ -33,6 +33,18 @@ pub enum DaemonError {
         /// Why.
         cause: std::io::Error,
     },
+    /// `proxy.listen` cannot be bound (exit 1).
+    #[error(transparent)]
+    ProxyListen(#[from] crate::proxy::ProxyError),
+}
+
+/// What the configuration allows but probably did not mean; one line each, naming the key.
+pub fn warnings(config: &Config) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if config.proxy.listen.is_some() && config.publish.advertise.is_none() {
+        warnings.push("publish.advertise: not set while proxy.listen is; when this replica leads, the other replicas' proxies cannot reach its service (set it to the HOST:PORT where they reach proxy.upstream)".to_string());
+    }
+    warnings
 }
 
 /// Features the configuration may name that this build does not provide yet; each entry is
@@ -196,20 +208,24 @@ pub async fn run(
     match config.redis.mode {
         RedisMode::Single | RedisMode::Sentinel | RedisMode::Cluster => {
             let lease = Arc::new(lease_client(&config)?);
-            Ok(run_with(lease, config, listener, shutdown, yields).await)
+            let proxy = crate::proxy::bind(&config).await?;
+            Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)
         }
         RedisMode::Redlock => {
             let lease = Arc::new(redlock_client(&config)?);
-            Ok(run_with(lease, config, listener, shutdown, yields).await)
+            let proxy = crate::proxy::bind(&config).await?;
+            Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)
         }
     }
 }
 
-/// Runs the daemon over any lease backend (single Redis, Sentinel, Redlock, ...).
+/// Runs the daemon over any lease backend (single Redis, Sentinel, Redlock, ...); `proxy`
+/// is the bound `proxy.listen`, if any.
 pub async fn run_with<B: LeaseBackend>(
     lease: Arc<B>,
     config: Config,
     listener: Option<TcpListener>,
+    proxy: Option<TcpListener>,
     shutdown: CancellationToken,
     yields: mpsc::Receiver<()>,
 ) -> i32 {
@@ -241,6 +257,25 @@ pub async fn run_with<B: LeaseBackend>(
             state_rx.clone(),
         ))
     });
+    let gate = crate::proxy::LocalGate::new(config.proxy.on_change == OnChange::Close);
+    let proxy = proxy.map(|listener| {
+        let upstream = config.proxy.upstream.clone().unwrap_or_default();
+        let routes = crate::proxy::follow(state_rx.clone(), upstream);
+        let ctx = crate::proxy::ProxyContext::new(&config, routes, gate.clone(), metrics.clone());
+        tokio::spawn(crate::proxy::serve(listener, ctx, stop_outputs.clone()))
+    });
+    let (hook_sink, hook_runner) = crate::hooks::hooks(&config, metrics.clone());
+    let finish_hooks = CancellationToken::new();
+    let hooks = tokio::spawn(crate::hooks::run_hooks(
+        hook_runner,
+        shutdown.clone(),
+        finish_hooks.clone(),
+    ));
+    let outputs = Outputs {
+        hooks: Some(hook_sink),
+        proxy: proxy.is_some().then_some(gate),
+        advertise: config.publish.advertise.clone(),
+    };
     drop(state_rx);
 
     tracing::info!(
@@ -250,7 +285,11 @@ pub async fn run_with<B: LeaseBackend>(
         "leaderd {} starting",
         env!("CARGO_PKG_VERSION")
     );
-    let reporter = Reporter::new(&config.identity, state_tx, metrics, progress);
+    for warning in warnings(&config) {
+        tracing::warn!(event = "config_warning", "{warning}");
+    }
+    let reporter =
+        Reporter::new(&config.identity, state_tx, metrics, progress).with_outputs(outputs);
     let stop_checks = CancellationToken::new();
     let healthy = crate::health::watch_health(
         config.election.health_check.clone(),
@@ -269,6 +308,8 @@ pub async fn run_with<B: LeaseBackend>(
         election::run(lease, policy(&config), work, inputs, reporter).await
     };
     stop_checks.cancel();
+    finish_hooks.cancel();
+    let _ = hooks.await;
 
     // The elector sent `stopped` and dropped its sender: the file writer ends after
     // writing it. HTTP answers until then.
@@ -278,6 +319,9 @@ pub async fn run_with<B: LeaseBackend>(
     stop_outputs.cancel();
     if let Some(http) = http {
         let _ = http.await;
+    }
+    if let Some(proxy) = proxy {
+        let _ = proxy.await;
     }
     tracing::info!(event = "exited", code, "leaderd stopped");
     code

@@ -15,6 +15,7 @@ use crate::lease::{
 use crate::state::{Phase, Snapshot, TermView};
 
 mod report;
+pub(crate) use report::Outputs;
 pub use report::Reporter;
 
 /// What the elector needs of a lease; implemented by [`crate::lease::LeaseClient`] and by
@@ -347,6 +348,7 @@ async fn step_down<B: LeaseBackend, W: LeaderWork>(
 ) {
     reporter.stepped_down(term, reason);
     work.stop().await;
+    reporter.claim_over(term, reason).await;
     let release = match reason {
         StepDown::Lost => false,
         StepDown::Shutdown => policy.release_on_shutdown,

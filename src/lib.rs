@@ -18,6 +18,7 @@
 //! - [`exec`]: exec mode, the command run only while leading; [`keeper`]: the process that
 //!   starts and watches it, killing it on its own when the term's validity passes.
 //! - [`health`]: the health check that gates contending and leading.
+//! - `hooks`: commands run when leadership changes; `proxy`: the leader-aware TCP proxy.
 //! - [`metrics`]: the Prometheus series of the contract in a private registry.
 //! - [`http`]: the HTTP probes, status document, event stream and metrics endpoint.
 //! - [`publish`]: the leader file, rewritten atomically at every change of the state.
@@ -31,12 +32,14 @@ pub mod daemon;
 pub mod election;
 pub mod exec;
 pub mod health;
+pub(crate) mod hooks;
 pub mod http;
 pub mod keeper;
 pub mod lease;
 pub mod lock;
 pub mod logging;
 pub mod metrics;
+pub(crate) mod proxy;
 pub mod publish;
 pub mod redlock;
 pub mod release_watch;

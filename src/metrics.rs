@@ -15,6 +15,9 @@ use tokio::time::Instant;
 use crate::conn::FailureKind;
 use crate::state::Snapshot;
 
+mod outputs;
+pub use outputs::OutputMetrics;
+
 /// The `result` values of `leaderd_acquire_attempts_total`.
 pub const ACQUIRE_RESULTS: [&str; 3] = ["acquired", "held", "error"];
 /// The `result` values of `leaderd_renewals_total`.
@@ -57,6 +60,8 @@ pub struct Metrics {
     renew_duration: Histogram,
     step_downs: IntCounterVec,
     redis_errors: IntCounterVec,
+    /// The hooks' and the proxy's series.
+    pub outputs: OutputMetrics,
 }
 
 impl Metrics {
@@ -102,6 +107,7 @@ impl Metrics {
                 "kind",
                 &FailureKind::ALL.map(FailureKind::as_str),
             ),
+            outputs: OutputMetrics::new(r),
             registry,
         };
         metrics.register_build_info(version);
@@ -267,6 +273,10 @@ mod tests {
             "leaderd_build_info{name=\"e1\",version=\"0.1.0\"} 1",
             "leaderd_renewals_total{name=\"e1\",result=\"lost\"} 0",
             "leaderd_healthy{name=\"e1\"} 1",
+            "leaderd_hook_runs_total{hook=\"on_leader_changed\",name=\"e1\",result=\"dropped\"} 0",
+            "leaderd_proxy_connections_total{name=\"e1\",target=\"refused\"} 0",
+            "leaderd_proxy_active_connections{name=\"e1\"} 0",
+            "leaderd_proxy_bytes_total{direction=\"out\",name=\"e1\"} 0",
         ] {
             assert!(text.contains(series), "missing {series} in\n{text}");
         }

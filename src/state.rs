@@ -54,6 +54,8 @@ pub struct Snapshot {
     pub observed_at: SystemTime,
     /// Whether the local service passes its health check (always true without one).
     pub healthy: bool,
+    /// The leader's `publish.advertise` as last observed (this replica's own while leading).
+    pub leader_address: Option<String>,
 }
 
 impl Snapshot {
@@ -66,6 +68,7 @@ impl Snapshot {
             term: None,
             observed_at: SystemTime::now(),
             healthy,
+            leader_address: None,
         }
     }
 
@@ -87,10 +90,11 @@ impl Snapshot {
     pub fn document(&self, name: &str, identity: &str, now: Instant) -> StatusDoc {
         let valid = self.valid_term(now);
         let expired_claim = self.phase == Phase::Leader && valid.is_none();
-        let (state, leader, fence) = if expired_claim {
-            (Phase::SteppingDown, None, None)
+        let (state, leader, fence, leader_address) = if expired_claim {
+            (Phase::SteppingDown, None, None, None)
         } else {
-            (self.phase, self.leader.clone(), self.fence)
+            let address = self.leader.as_ref().and(self.leader_address.clone());
+            (self.phase, self.leader.clone(), self.fence, address)
         };
         StatusDoc {
             name: name.to_owned(),
@@ -106,6 +110,7 @@ impl Snapshot {
             observed_at: rfc3339(self.observed_at),
             observed_at_ms: unix_ms(self.observed_at),
             healthy: self.healthy,
+            leader_address,
         }
     }
 }
@@ -126,6 +131,7 @@ pub struct StatusDoc {
     pub observed_at: String,
     pub observed_at_ms: u64,
     pub healthy: bool,
+    pub leader_address: Option<String>,
 }
 
 /// UTC, RFC 3339 with milliseconds.
@@ -186,6 +192,7 @@ mod tests {
             }),
             observed_at: now,
             healthy: true,
+            leader_address: None,
         }
     }
 

@@ -27,6 +27,8 @@ pub(super) fn build(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> Confi
         publish: publish(r, root, o),
         exec: exec(r, root, o),
         logging: logging(r, root, o),
+        hooks: super::outputs::hooks(r, root),
+        proxy: super::outputs::proxy(r, root),
     }
 }
 
@@ -264,6 +266,7 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
         ready_when: r
             .get(r.file(&n, "ready_when"), choice(v::READY_WHEN))
             .unwrap_or(ReadyWhen::Leader),
+        advertise: r.get(r.file(&n, "advertise"), v::host_port).flatten(),
     }
 }
 

@@ -36,6 +36,16 @@ pub struct Reporter {
     /// The leader and fence last logged; a new term of the same leader is a change too.
     first_seen: Arc<Mutex<Option<Seen>>>,
     errors: Arc<Mutex<ErrorLog>>,
+    outputs: Outputs,
+}
+
+/// The daemon's outputs that follow the term: hooks, the proxy's local connections, and
+/// this replica's advertised address.
+#[derive(Clone, Default)]
+pub(crate) struct Outputs {
+    pub hooks: Option<crate::hooks::HookSink>,
+    pub proxy: Option<crate::proxy::LocalGate>,
+    pub advertise: Option<String>,
 }
 
 impl Reporter {
@@ -53,6 +63,19 @@ impl Reporter {
             identity: identity.to_owned(),
             first_seen: Arc::default(),
             errors: Arc::default(),
+            outputs: Outputs::default(),
+        }
+    }
+
+    /// The same reporter, also feeding `outputs`.
+    pub(crate) fn with_outputs(mut self, outputs: Outputs) -> Self {
+        self.outputs = outputs;
+        self
+    }
+
+    fn hook(&self, event: crate::hooks::HookEvent) {
+        if let Some(hooks) = &self.outputs.hooks {
+            hooks.push(event);
         }
     }
 
@@ -87,6 +110,10 @@ impl Reporter {
                 "leader is {}",
                 leader.as_deref().unwrap_or("nobody")
             );
+            self.hook(crate::hooks::HookEvent::leader_changed(
+                leader.clone(),
+                fence,
+            ));
         }
         self.state.send_if_modified(|s| {
             let before = s.clone();
@@ -95,6 +122,7 @@ impl Reporter {
             }
             s.leader = leader;
             s.fence = fence;
+            s.leader_address = None;
             if *s != before {
                 s.observed_at = SystemTime::now();
                 return true;
@@ -157,6 +185,7 @@ impl Reporter {
             s.leader = Some(self.identity.clone());
             s.fence = Some(term.fence);
             s.term = Some(view(term));
+            s.leader_address = self.outputs.advertise.clone();
         });
         tracing::info!(
             event = "acquired",
@@ -166,6 +195,11 @@ impl Reporter {
             "acquired leadership (fence {})",
             term.fence
         );
+        self.hook(crate::hooks::HookEvent::acquired(
+            &self.identity,
+            term.fence,
+            unix_ms(term.valid_until_wall),
+        ));
     }
 
     /// Counts a renew and its round trip.
@@ -203,6 +237,7 @@ impl Reporter {
             with_phase(s, Phase::SteppingDown);
             s.leader = None;
             s.fence = None;
+            s.leader_address = None;
         });
         *self.first_seen.lock().expect("reporter lock") = None;
         self.metrics.step_down(reason.as_str());
@@ -217,6 +252,18 @@ impl Reporter {
         );
     }
 
+    /// The claim is over and the work has stopped: the proxy's local connections are closed
+    /// (waited for), then `on_stepped_down` is queued. Called before the release.
+    pub(crate) async fn claim_over(&self, term: &Term, reason: StepDown) {
+        if let Some(gate) = &self.outputs.proxy {
+            gate.end_term(term.fence).await;
+        }
+        self.hook(crate::hooks::HookEvent::stepped_down(
+            term.fence,
+            reason.as_str(),
+        ));
+    }
+
     /// The lease was released (or was no longer ours).
     pub fn released(&self, term: &Term) {
         tracing::info!(event = "released", fence = term.fence, "released the lease");
@@ -228,6 +275,7 @@ impl Reporter {
             with_phase(s, Phase::Stopped);
             s.leader = None;
             s.fence = None;
+            s.leader_address = None;
         });
     }
 
