@@ -134,6 +134,7 @@ fn lease_spec(config: &Config) -> LeaseSpec {
         lease_duration: config.election.lease_duration,
         command_timeout: config.redis.command_timeout,
         connect_timeout: config.redis.connect_timeout,
+        address: config.publish.advertise.clone(),
     }
 }
 

@@ -246,6 +246,7 @@ async fn follow<B: LeaseBackend>(
                     holder: None,
                     fence: 0,
                     remaining: None,
+                    address: None,
                 }),
             })
         };

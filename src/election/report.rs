@@ -122,7 +122,7 @@ impl Reporter {
             }
             s.leader = leader;
             s.fence = fence;
-            s.leader_address = None;
+            s.leader_address = holder.address.clone();
             if *s != before {
                 s.observed_at = SystemTime::now();
                 return true;

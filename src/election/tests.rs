@@ -53,6 +53,7 @@ impl LeaseBackend for FakeLease {
                 holder: Some(token),
                 fence,
                 remaining: Some(exp - sent),
+                address: None,
             }));
         }
         let fence = self.fence.fetch_add(1, Ordering::SeqCst) + 1;
@@ -97,6 +98,7 @@ impl LeaseBackend for FakeLease {
             holder: Some(holder),
             fence,
             remaining: Some(exp.saturating_duration_since(Instant::now())),
+            address: None,
         }))
     }
     fn watch_releases(&self) -> ReleaseWatch {

@@ -50,7 +50,8 @@ impl LeaseClient {
             .arg(&self.spec.holder)
             .arg(&token)
             .arg(self.ttl_ms())
-            .arg(unix_ms(sent_wall));
+            .arg(unix_ms(sent_wall))
+            .arg(self.spec.address.as_deref().unwrap_or(""));
         let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
         let wanted = endpoint.min_replicas_ack();
         let (reply, acked): (redis::Value, Option<i64>) = endpoint

@@ -111,7 +111,7 @@ impl LeaseClient {
         timeout: Option<Duration>,
     ) -> Result<Option<Holder>, LeaseError> {
         let lock = self.keys.lock.clone();
-        let (fields, ttl): ((Option<String>, Option<u64>), i64) = self
+        let (fields, ttl): ((Option<String>, Option<u64>, Option<String>), i64) = self
             .endpoint
             .call(timeout, |mut c| async move {
                 redis::pipe()
@@ -119,6 +119,7 @@ impl LeaseClient {
                     .arg(&lock)
                     .arg("holder")
                     .arg("fence")
+                    .arg("address")
                     .cmd("PTTL")
                     .arg(&lock)
                     .query_async(&mut c)
@@ -129,10 +130,8 @@ impl LeaseClient {
         if ttl == -2 {
             return Ok(None);
         }
-        Ok(Some(holder_from(
-            fields.0.unwrap_or_default(),
-            fields.1.unwrap_or(0),
-            ttl,
-        )))
+        let mut holder = holder_from(fields.0.unwrap_or_default(), fields.1.unwrap_or(0), ttl);
+        holder.address = fields.2.filter(|a| !a.is_empty());
+        Ok(Some(holder))
     }
 }

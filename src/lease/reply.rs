@@ -48,14 +48,20 @@ pub(super) fn parse_acquire(reply: redis::Value) -> Result<AcquireReply, LeaseEr
             let fence = int(&items[1]).ok_or_else(|| bad(&reply))?;
             Ok(AcquireReply::Granted(fence as u64))
         }
-        (Some(0), 4) => {
+        (Some(0), 4 | 5) => {
             let holder = match &items[1] {
                 Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
                 _ => String::new(),
             };
             let fence = int(&items[2]).ok_or_else(|| bad(&reply))?;
             let ttl = int(&items[3]).ok_or_else(|| bad(&reply))?;
-            Ok(AcquireReply::Held(holder_from(holder, fence as u64, ttl)))
+            let address = match items.get(4) {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            };
+            let mut held = holder_from(holder, fence as u64, ttl);
+            held.address = (!address.is_empty()).then_some(address);
+            Ok(AcquireReply::Held(held))
         }
         _ => Err(bad(&reply)),
     }
@@ -66,5 +72,6 @@ pub(super) fn holder_from(holder: String, fence: u64, ttl_ms: i64) -> Holder {
         holder: (!holder.is_empty()).then_some(holder),
         fence,
         remaining: (ttl_ms >= 0).then(|| Duration::from_millis(ttl_ms as u64)),
+        address: None,
     }
 }

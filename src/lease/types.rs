@@ -23,6 +23,9 @@ pub struct LeaseSpec {
     pub command_timeout: Duration,
     /// Timeout of connecting to Redis.
     pub connect_timeout: Duration,
+    /// Where the other replicas reach the holder's service (`publish.advertise`), stored in
+    /// the lease as `address` so followers can forward to the leader. None: not stored.
+    pub address: Option<String>,
 }
 
 impl LeaseSpec {
@@ -35,6 +38,7 @@ impl LeaseSpec {
             lease_duration,
             command_timeout: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(1),
+            address: None,
         }
     }
 
@@ -110,6 +114,8 @@ pub struct Holder {
     pub fence: u64,
     /// Time until the lease expires in Redis; `None` when the key has no TTL.
     pub remaining: Option<Duration>,
+    /// The holder's advertised address, when it stored one.
+    pub address: Option<String>,
 }
 
 impl Holder {

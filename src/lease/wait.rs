@@ -94,6 +94,7 @@ mod tests {
             holder: Some("a".into()),
             fence: 1,
             remaining: Some(Duration::from_millis(40)),
+            address: None,
         };
         assert_eq!(
             wait_for_holder(&holder, Duration::from_secs(2)),

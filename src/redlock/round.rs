@@ -52,10 +52,15 @@ impl RedlockClient {
         free_at.resize(n, None);
         // `None` (never) sorts after every `Some` with this key.
         free_at.sort_by_key(|d| (d.is_none(), *d));
+        let address = held
+            .iter()
+            .find(|h| h.holder.is_some() && h.holder == holder && h.fence == fence)
+            .and_then(|h| h.address.clone());
         Holder {
             holder,
             fence,
             remaining: free_at[q - 1],
+            address,
         }
     }
 

@@ -15,6 +15,7 @@ fn held(who: Option<&str>, fence: u64, ms: Option<u64>) -> Holder {
         holder: who.map(str::to_owned),
         fence,
         remaining: ms.map(Duration::from_millis),
+        address: None,
     }
 }
 
