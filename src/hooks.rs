@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -239,35 +239,50 @@ pub(crate) fn hooks(config: &Config, metrics: Arc<Metrics>) -> (HookSink, HookRu
 }
 
 /// Runs queued hooks one at a time until `finish` is cancelled (no more events come) or
-/// `shutdown` is; from the earlier of the two, what is queued still runs within
-/// `exec.grace_period`, then the rest are dropped and counted.
+/// `shutdown` is; from the earlier of the two, what is queued (and running) still runs
+/// within `exec.grace_period`, then the rest are killed or dropped and counted.
 pub(crate) async fn run_hooks(
     runner: HookRunner,
     shutdown: CancellationToken,
     finish: CancellationToken,
 ) {
-    let mut deadline: Option<Instant> = None;
-    loop {
-        if deadline.is_none() && (shutdown.is_cancelled() || finish.is_cancelled()) {
-            deadline = Some(Instant::now() + runner.grace);
+    let (deadline_tx, deadline) = watch::channel(None::<Instant>);
+    let grace = runner.grace;
+    let ending = async move {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = finish.cancelled() => {}
         }
+        deadline_tx.send_replace(Some(Instant::now() + grace));
+        finish.cancelled().await;
+        deadline_tx
+    };
+    tokio::pin!(ending);
+    let mut finished = None;
+    loop {
         if let Some(event) = runner.sink.next() {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if deadline.borrow().is_some_and(|d| Instant::now() >= d) {
                 runner
                     .sink
                     .drop_event(&event, "shutting down, grace period over");
                 continue;
             }
-            runner.run_one(&event, deadline).await;
+            let run = runner.run_one(&event, deadline.clone());
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    _ = &mut run => break,
+                    tx = &mut ending, if finished.is_none() => finished = Some(tx),
+                }
+            }
             continue;
         }
-        if finish.is_cancelled() {
+        if finished.is_some() {
             break;
         }
         tokio::select! {
             _ = runner.sink.wake.notified() => {}
-            _ = shutdown.cancelled(), if deadline.is_none() => {}
-            _ = finish.cancelled() => {}
+            tx = &mut ending => finished = Some(tx),
         }
     }
     runner.sink.close();
@@ -277,71 +292,89 @@ pub(crate) async fn run_hooks(
 }
 
 impl HookRunner {
-    async fn run_one(&self, event: &HookEvent, deadline: Option<Instant>) {
+    async fn run_one(&self, event: &HookEvent, deadline: watch::Receiver<Option<Instant>>) {
         let hook = event.hook.key();
         let cmd = self.sink.commands.of(event.hook);
-        let mut kill_at = Instant::now() + self.timeout;
-        if let Some(d) = deadline {
-            kill_at = kill_at.min(d);
-        }
+        let timeout_at = Instant::now() + self.timeout;
         let mut env = self.base_env.clone();
         env.extend(event.env());
         let started = Instant::now();
-        let outcome = process::run(cmd, &env, kill_at).await;
+        let outcome = process::run(cmd, &env, kill_time(timeout_at, deadline)).await;
         let elapsed_ms = started.elapsed().as_millis() as u64;
         let result = outcome.result();
         self.sink.metrics.outputs.hook_run(hook, result);
-        match outcome {
-            process::Outcome::Exited(code) => {
-                tracing::info!(
-                    event = "hook_finished",
-                    hook,
-                    code,
-                    elapsed_ms,
-                    "hook {hook} exited with {code}"
-                );
-                if code != 0 {
-                    tracing::warn!(
-                        event = "hook_failed",
-                        hook,
-                        code,
-                        elapsed_ms,
-                        reason = "exit",
-                        "hook {hook} failed: exit code {code}"
-                    );
-                }
-            }
-            process::Outcome::Signalled(signal) => {
-                tracing::info!(
-                    event = "hook_finished",
-                    hook,
-                    code = None::<i32>,
-                    signal,
-                    elapsed_ms,
-                    "hook {hook} ended by signal {signal}"
-                );
+        log_outcome(hook, &outcome, elapsed_ms);
+    }
+}
+
+/// Resolves at `timeout_at`, or at the shutdown deadline when that comes first.
+async fn kill_time(timeout_at: Instant, mut deadline: watch::Receiver<Option<Instant>>) {
+    loop {
+        let at = deadline
+            .borrow_and_update()
+            .map_or(timeout_at, |d| d.min(timeout_at));
+        tokio::select! {
+            _ = tokio::time::sleep_until(at) => return,
+            changed = deadline.changed() => if changed.is_err() {
+                tokio::time::sleep_until(at).await;
+                return;
+            },
+        }
+    }
+}
+
+fn log_outcome(hook: &str, outcome: &process::Outcome, elapsed_ms: u64) {
+    match outcome {
+        process::Outcome::Exited(code) => {
+            let code = *code;
+            tracing::info!(
+                event = "hook_finished",
+                hook,
+                code,
+                elapsed_ms,
+                "hook {hook} exited with {code}"
+            );
+            if code != 0 {
                 tracing::warn!(
                     event = "hook_failed",
                     hook,
-                    signal,
+                    code,
                     elapsed_ms,
-                    reason = "signal",
-                    "hook {hook} failed: signal {signal}"
+                    reason = "exit",
+                    "hook {hook} failed: exit code {code}"
                 );
             }
-            process::Outcome::TimedOut => {
-                tracing::info!(
-                    event = "hook_finished",
-                    hook,
-                    code = None::<i32>,
-                    elapsed_ms,
-                    "hook {hook} killed at its timeout"
-                );
-                tracing::warn!(event = "hook_failed", hook, elapsed_ms, reason = "timeout", "hook {hook} failed: still running at its timeout, killed with its process group");
-            }
-            process::Outcome::NotStarted(err) => {
-                tracing::warn!(event = "hook_failed", hook, elapsed_ms, reason = "start", error = %err, "hook {hook} failed to start: {err}");
-            }
+        }
+        process::Outcome::Signalled(signal) => {
+            tracing::info!(
+                event = "hook_finished",
+                hook,
+                code = None::<i32>,
+                signal,
+                elapsed_ms,
+                "hook {hook} ended by signal {signal}"
+            );
+            tracing::warn!(
+                event = "hook_failed",
+                hook,
+                signal,
+                elapsed_ms,
+                reason = "signal",
+                "hook {hook} failed: signal {signal}"
+            );
+        }
+        process::Outcome::TimedOut => {
+            tracing::info!(
+                event = "hook_finished",
+                hook,
+                code = None::<i32>,
+                elapsed_ms,
+                "hook {hook} killed at its timeout"
+            );
+            tracing::warn!(event = "hook_failed", hook, elapsed_ms, reason = "timeout", "hook {hook} failed: still running at its timeout (or the shutdown's grace period), killed with its process group");
+        }
+        process::Outcome::NotStarted(err) => {
+            tracing::warn!(event = "hook_failed", hook, elapsed_ms, reason = "start", error = %err, "hook {hook} failed to start: {err}");
         }
     }
 }

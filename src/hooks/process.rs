@@ -6,7 +6,6 @@ use std::process::Stdio;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::time::Instant;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -32,11 +31,11 @@ impl Outcome {
     }
 }
 
-/// Runs `cmd` (program and arguments) with `env` added, until it ends or `kill_at`.
+/// Runs `cmd` (program and arguments) with `env` added, until it ends or `kill` resolves.
 pub(super) async fn run(
     cmd: &[String],
     env: &[(&'static str, String)],
-    kill_at: Instant,
+    kill: impl std::future::Future<Output = ()>,
 ) -> Outcome {
     let Some((program, args)) = cmd.split_first() else {
         return Outcome::Exited(0);
@@ -68,7 +67,7 @@ pub(super) async fn run(
             }
             Err(err) => Outcome::NotStarted(err),
         },
-        _ = tokio::time::sleep_until(kill_at) => {
+        _ = kill => {
             if let Some(group) = group {
                 let _ = killpg(group, Signal::SIGKILL);
             }

@@ -41,22 +41,22 @@ fn a_full_queue_drops_the_oldest_waiting_and_counts_it() {
 async fn a_hook_past_its_timeout_is_killed_with_its_group() {
     let started = Instant::now();
     let cmd = ["sh".to_string(), "-c".into(), "sleep 30 & sleep 30".into()];
-    let outcome = process::run(&cmd, &[], Instant::now() + Duration::from_millis(200)).await;
+    let outcome = process::run(&cmd, &[], tokio::time::sleep(Duration::from_millis(200))).await;
     assert!(matches!(outcome, process::Outcome::TimedOut), "{outcome:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 #[tokio::test]
 async fn exit_codes_and_start_failures_are_reported() {
-    let later = Instant::now() + Duration::from_secs(10);
+    let later = || tokio::time::sleep(Duration::from_secs(10));
     let fail = ["sh".to_string(), "-c".into(), "exit 3".into()];
     assert!(matches!(
-        process::run(&fail, &[], later).await,
+        process::run(&fail, &[], later()).await,
         process::Outcome::Exited(3)
     ));
     let missing = ["/nonexistent/hook".to_string()];
     assert!(matches!(
-        process::run(&missing, &[], later).await,
+        process::run(&missing, &[], later()).await,
         process::Outcome::NotStarted(_)
     ));
 }
