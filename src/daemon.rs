@@ -258,10 +258,12 @@ pub async fn run_with<B: LeaseBackend>(
             state_rx.clone(),
         ))
     });
-    let gate = crate::proxy::LocalGate::new(config.proxy.on_change == OnChange::Close);
+    let margin =
+        2 * config.redis.command_timeout + crate::lease::drift(config.election.lease_duration);
+    let gate = crate::proxy::LocalGate::new(config.proxy.on_change == OnChange::Close, margin);
     let proxy = proxy.map(|listener| {
         let upstream = config.proxy.upstream.clone().unwrap_or_default();
-        let routes = crate::proxy::follow(state_rx.clone(), upstream);
+        let routes = crate::proxy::follow(state_rx.clone(), gate.remote_until(), upstream);
         let ctx = crate::proxy::ProxyContext::new(&config, routes, gate.clone(), metrics.clone());
         tokio::spawn(crate::proxy::serve(listener, ctx, stop_outputs.clone()))
     });

@@ -142,6 +142,11 @@ async fn handle(client: TcpStream, ctx: &ProxyContext) {
         _ = deposed(&mut routes, &target, ctx), if ctx.close_on_change => {}
     }
     out.proxy_active.dec();
+    tracing::debug!(
+        event = "proxy_connection_closed",
+        target = label,
+        "proxied connection closed"
+    );
     drop(guard);
 }
 

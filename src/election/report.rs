@@ -92,6 +92,9 @@ impl Reporter {
     /// A follower saw who holds the lease (a quarantined lease has no leader).
     pub fn observed(&self, holder: &Holder) {
         self.recovered();
+        if let Some(proxy) = &self.outputs.proxy {
+            proxy.leader_seen(holder.remaining);
+        }
         let leader = holder.holder.clone();
         let fence = leader.as_ref().map(|_| holder.fence);
         let changed = {

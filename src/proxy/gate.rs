@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// The longest a step-down waits for local connections to close.
 const DRAIN_LIMIT: Duration = Duration::from_secs(1);
@@ -18,6 +19,11 @@ pub(crate) struct LocalGate {
     open: Arc<watch::Sender<usize>>,
     /// With `on_change: keep` local connections are left open.
     close: bool,
+    /// Before this instant the observed leader's claim may still hold; after it, surely not.
+    remote_until: Arc<watch::Sender<Option<Instant>>>,
+    /// Taken off the observed expiry: two command timeouts (the observation's own age) and
+    /// the clock drift allowance, so `remote_until` is never after the leader's claim end.
+    margin: Duration,
 }
 
 /// Held by each local connection; its drop counts the connection as closed.
@@ -30,12 +36,29 @@ impl Drop for LocalGuard {
 }
 
 impl LocalGate {
-    pub(crate) fn new(close: bool) -> Self {
+    pub(crate) fn new(close: bool, margin: Duration) -> Self {
         LocalGate {
             closed_up_to: Arc::new(watch::channel(0).0),
             open: Arc::new(watch::channel(0).0),
             close,
+            remote_until: Arc::new(watch::channel(None).0),
+            margin,
         }
+    }
+
+    /// A follower observed the lease with `remaining` until it expires in Redis.
+    pub(crate) fn leader_seen(&self, remaining: Option<Duration>) {
+        let until = remaining.map(|r| {
+            (Instant::now() + r)
+                .checked_sub(self.margin)
+                .unwrap_or_else(Instant::now)
+        });
+        self.remote_until.send_replace(until);
+    }
+
+    /// Follows [`leader_seen`](Self::leader_seen).
+    pub(crate) fn remote_until(&self) -> watch::Receiver<Option<Instant>> {
+        self.remote_until.subscribe()
     }
 
     /// A new local connection for term `fence`, unless that term is over.

@@ -38,7 +38,13 @@ pub(crate) enum Target {
 
 impl Route {
     /// The route of `snapshot` at `now`; `upstream` is this replica's own service.
-    pub(crate) fn of(snapshot: &Snapshot, upstream: &str, now: Instant) -> Route {
+    /// A remote leader counts only before `remote_until` (None: no expiry was observed).
+    pub(crate) fn of(
+        snapshot: &Snapshot,
+        upstream: &str,
+        now: Instant,
+        remote_until: Option<Instant>,
+    ) -> Route {
         if let Some(term) = snapshot.valid_term(now) {
             return Route::Local {
                 upstream: upstream.to_string(),
@@ -47,11 +53,15 @@ impl Route {
             };
         }
         match (&snapshot.phase, &snapshot.leader, &snapshot.leader_address) {
-            (Phase::Follower, Some(leader), Some(address)) => Route::Remote {
-                leader: leader.clone(),
-                fence: snapshot.fence,
-                address: address.clone(),
-            },
+            (Phase::Follower, Some(leader), Some(address))
+                if remote_until.is_none_or(|until| now < until) =>
+            {
+                Route::Remote {
+                    leader: leader.clone(),
+                    fence: snapshot.fence,
+                    address: address.clone(),
+                }
+            }
             _ => Route::Nobody,
         }
     }
@@ -81,32 +91,33 @@ impl Route {
     pub(crate) fn still(&self, target: &Target, now: Instant) -> bool {
         self.usable(now).is_some_and(|(_, t)| t == *target)
     }
-
-    fn valid_until(&self) -> Option<Instant> {
-        match self {
-            Route::Local { valid_until, .. } => Some(*valid_until),
-            _ => None,
-        }
-    }
 }
 
-/// Follows `state`, keeping the returned route current, also when a local term's validity
-/// passes without a new state.
+/// Follows `state` and the observed expiry of a remote leader's lease, keeping the returned
+/// route current, also when a validity passes without a new state.
 pub(crate) fn follow(
     mut state: watch::Receiver<Snapshot>,
+    mut remote_until: watch::Receiver<Option<Instant>>,
     upstream: String,
 ) -> watch::Receiver<Route> {
-    let first = Route::of(&state.borrow_and_update(), &upstream, Instant::now());
+    let until = *remote_until.borrow_and_update();
+    let first = Route::of(&state.borrow_and_update(), &upstream, Instant::now(), until);
     let (tx, rx) = watch::channel(first);
     tokio::spawn(async move {
         loop {
-            let expiry = tx.borrow().valid_until();
+            let expiry = match &*tx.borrow() {
+                Route::Local { valid_until, .. } => Some(*valid_until),
+                Route::Remote { .. } => *remote_until.borrow(),
+                Route::Nobody => None,
+            };
             tokio::select! {
                 changed = state.changed() => if changed.is_err() { break },
+                _ = remote_until.changed() => {}
                 _ = sleep_until(expiry) => {}
                 _ = tx.closed() => break,
             }
-            let route = Route::of(&state.borrow_and_update(), &upstream, Instant::now());
+            let until = *remote_until.borrow_and_update();
+            let route = Route::of(&state.borrow_and_update(), &upstream, Instant::now(), until);
             tx.send_if_modified(|r| {
                 let changed = *r != route;
                 *r = route;
