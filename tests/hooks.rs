@@ -133,7 +133,7 @@ fn each_event_runs_once_in_order_with_its_environment() {
     assert_eq!(rest.len(), after_step, "{got:?}");
     // on_stepped_down ran after `stepped_down` was logged: its hook_finished comes later.
     let events = a.log_events();
-    let pos = |pred: &dyn Fn(&Value) -> bool| events.iter().position(|e| pred(e)).unwrap();
+    let pos = |pred: &dyn Fn(&Value) -> bool| events.iter().position(pred).unwrap();
     let step_at = pos(&|e| event_name(e) == Some("stepped_down"));
     let acq_at = pos(&|e| event_name(e) == Some("acquired"));
     let finished = |hook: &str| {

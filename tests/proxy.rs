@@ -253,7 +253,7 @@ fn with_on_change_close_connections_to_a_deposed_leader_close_before_its_release
     });
     let closed = stepped + closed.expect("the local connection closed after the step-down");
     assert!(closed < released, "{stepped} {closed} {released}");
-    let _ = wait_until(Duration::from_secs(5), STEP, || {
+    wait_until(Duration::from_secs(5), STEP, || {
         (rs[l].service.open.load(Ordering::SeqCst) == 0).then_some(())
     })
     .expect("the old leader's service saw its connections close");

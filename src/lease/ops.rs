@@ -7,6 +7,9 @@ use futures::TryFutureExt;
 use tokio::time::Instant;
 
 use super::reply::{holder_from, not_replicated};
+
+/// `HMGET holder fence address` of the lease hash.
+type HolderFields = (Option<String>, Option<u64>, Option<String>);
 use super::{Holder, LeaseClient, LeaseError, Term};
 use crate::acl::LeaseScript;
 
@@ -111,7 +114,7 @@ impl LeaseClient {
         timeout: Option<Duration>,
     ) -> Result<Option<Holder>, LeaseError> {
         let lock = self.keys.lock.clone();
-        let (fields, ttl): ((Option<String>, Option<u64>, Option<String>), i64) = self
+        let (fields, ttl): (HolderFields, i64) = self
             .endpoint
             .call(timeout, |mut c| async move {
                 redis::pipe()
