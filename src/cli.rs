@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, Config, Overrides};
 use crate::daemon;
-use crate::lease::{Holder, LeaseError};
+use crate::lease::{Lease, LeaseError, Observed};
 
 /// Exit code of a bad configuration or bad usage.
 pub const EXIT_USAGE: i32 = 2;
@@ -146,7 +146,7 @@ fn run(overrides: Overrides) -> i32 {
         Ok(config) => config,
         Err(code) => return code,
     };
-    if let Some(problem) = daemon::unsupported(&config).first() {
+    if let Err(problem) = daemon::backend(&config) {
         eprintln!("leaderd: {problem}");
         return EXIT_USAGE;
     }
@@ -184,11 +184,8 @@ fn check_config(overrides: &Overrides) -> i32 {
         Ok(config) => config,
         Err(code) => return code,
     };
-    let problems = daemon::unsupported(&config);
-    if !problems.is_empty() {
-        for problem in problems {
-            eprintln!("leaderd: {problem}");
-        }
+    if let Err(problem) = daemon::backend(&config) {
+        eprintln!("leaderd: {problem}");
         return EXIT_USAGE;
     }
     for warning in daemon::warnings(&config) {
@@ -203,15 +200,15 @@ fn status(overrides: &Overrides, json: bool) -> i32 {
         Ok(config) => config,
         Err(code) => return code,
     };
-    let lease = match daemon::observer(&config) {
+    let lease = match daemon::backend(&config) {
         Ok(lease) => lease,
         Err(err) => {
             eprintln!("leaderd: {err}");
             return EXIT_USAGE;
         }
     };
-    match runtime().block_on(lease.observe()) {
-        Ok(holder) => print_status(&config.name, holder.as_ref(), json),
+    match runtime().block_on(lease.observe(lease.default_budget())) {
+        Ok(seen) => print_status(&config.name, &seen, json),
         Err(err) => {
             print_status_error(&config.name, &err, json);
             EXIT_FAILURE
@@ -219,38 +216,47 @@ fn status(overrides: &Overrides, json: bool) -> i32 {
     }
 }
 
-fn print_status(name: &str, holder: Option<&Holder>, json: bool) -> i32 {
-    let state = match holder {
-        None => "vacant",
-        Some(h) if h.is_quarantined() => "quarantined",
-        Some(_) => "held",
+fn print_status(name: &str, seen: &Observed, json: bool) -> i32 {
+    let state = match seen {
+        Observed::Vacant => "vacant",
+        Observed::Quarantined { .. } => "quarantined",
+        Observed::Held(_) => "held",
+        Observed::Reserved { .. } => "reserved",
     };
-    let remaining_ms = holder
-        .and_then(|h| h.remaining)
-        .map(|d| d.as_millis() as u64);
+    let remaining_ms = match seen {
+        Observed::Vacant => None,
+        other => other.remaining().map(|d| d.as_millis() as u64),
+    };
+    let holder = seen.holder();
     if json {
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "name": name,
             "state": state,
-            "holder": holder.and_then(|h| h.holder.clone()),
-            "fence": holder.filter(|h| !h.is_quarantined()).map(|h| h.fence),
+            "holder": holder.map(|h| h.holder.clone()),
+            "fence": holder.map(|h| h.fence),
             "remaining_ms": remaining_ms,
         });
+        if let Observed::Reserved { for_identity, .. } = seen {
+            doc["reserved_for"] = serde_json::json!(for_identity);
+        }
         println!("{doc}");
     } else {
-        match holder {
-            None => println!("{name}: vacant (nobody holds the lease)"),
-            Some(h) => match &h.holder {
-                None => println!(
-                    "{name}: quarantined after data loss or first start ({}ms left)",
-                    remaining_ms.unwrap_or(0)
-                ),
-                Some(who) => println!(
-                    "{name}: held by {who} (fence {}, {}ms left)",
-                    h.fence,
-                    remaining_ms.map_or("no TTL".to_string(), |ms| ms.to_string())
-                ),
-            },
+        match seen {
+            Observed::Vacant => println!("{name}: vacant (nobody holds the lease)"),
+            Observed::Quarantined { .. } => println!(
+                "{name}: quarantined after data loss or first start ({}ms left)",
+                remaining_ms.unwrap_or(0)
+            ),
+            Observed::Held(h) => println!(
+                "{name}: held by {} (fence {}, {}ms left)",
+                h.holder,
+                h.fence,
+                remaining_ms.map_or("no TTL".to_string(), |ms| ms.to_string())
+            ),
+            Observed::Reserved { for_identity, .. } => println!(
+                "{name}: reserved for {for_identity} ({}ms left)",
+                remaining_ms.unwrap_or(0)
+            ),
         }
     }
     if state == "held" {

@@ -17,9 +17,7 @@ mod values;
 #[cfg(test)]
 mod tests;
 
-use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
-
-pub use duration::{format_duration, parse_duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 /// Everything `leaderd` needs to run one election, validated as a whole.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,54 +42,100 @@ pub struct Config {
     pub proxy: ProxyConfig,
 }
 
-/// How the lease store is deployed, which decides how to connect and lock.
+/// The value of `redis.mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedisMode {
-    /// One server at `url`.
+pub enum ModeName {
+    /// `single`.
     Single,
-    /// A master found through `sentinels` by `master_name`.
+    /// `sentinel`.
     Sentinel,
-    /// Independent servers at `urls` (an odd number >= 3), a majority holds the lease.
+    /// `redlock`.
     Redlock,
-    /// A Redis Cluster, reached through the seed nodes in `urls`.
+    /// `cluster`.
     Cluster,
 }
 
-/// A password: kept out of `Debug` output, logs and the printed configuration.
-#[derive(Clone, PartialEq)]
-pub struct Secret(String);
+/// How the lease store is deployed, with the addresses that deployment uses (after
+/// validation: a mode without its addresses, or with another mode's, cannot be built).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One server (`redis.url`, default `redis://127.0.0.1:6379/0`).
+    Single {
+        /// `redis.url`.
+        url: String,
+    },
+    /// A master found through the Sentinels by its name.
+    Sentinel {
+        /// `redis.sentinels`.
+        sentinels: Vec<String>,
+        /// `redis.master_name`.
+        master_name: String,
+    },
+    /// Independent servers (an odd number >= 3); a majority holds the lease.
+    Redlock {
+        /// `redis.urls`.
+        urls: Vec<String>,
+    },
+    /// A Redis Cluster, reached through seed nodes.
+    Cluster {
+        /// `redis.urls`.
+        urls: Vec<String>,
+    },
+}
 
-impl Secret {
-    /// Wraps a secret value (for tests and callers that build a [`Config`] by hand).
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
+impl RedisMode {
+    /// The `redis.mode` this is.
+    pub fn name(&self) -> ModeName {
+        match self {
+            RedisMode::Single { .. } => ModeName::Single,
+            RedisMode::Sentinel { .. } => ModeName::Sentinel,
+            RedisMode::Redlock { .. } => ModeName::Redlock,
+            RedisMode::Cluster { .. } => ModeName::Cluster,
+        }
     }
 
-    /// The secret itself, for the one place that must send it (the Redis AUTH).
-    pub fn expose(&self) -> &str {
-        &self.0
+    /// `redis.url` (mode single).
+    pub fn url(&self) -> Option<&str> {
+        match self {
+            RedisMode::Single { url } => Some(url),
+            _ => None,
+        }
+    }
+
+    /// `redis.urls` (modes redlock and cluster; empty otherwise).
+    pub fn urls(&self) -> &[String] {
+        match self {
+            RedisMode::Redlock { urls } | RedisMode::Cluster { urls } => urls,
+            _ => &[],
+        }
+    }
+
+    /// `redis.sentinels` (mode sentinel; empty otherwise).
+    pub fn sentinels(&self) -> &[String] {
+        match self {
+            RedisMode::Sentinel { sentinels, .. } => sentinels,
+            _ => &[],
+        }
+    }
+
+    /// `redis.master_name` (mode sentinel).
+    pub fn master_name(&self) -> Option<&str> {
+        match self {
+            RedisMode::Sentinel { master_name, .. } => Some(master_name),
+            _ => None,
+        }
     }
 }
 
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(redact::REDACTED)
-    }
-}
+/// A password: kept out of `Debug` output, logs and the printed configuration (the
+/// library's type, handed to the connector as it is).
+pub use crate::connector::Secret;
 
 /// Where and how to reach Redis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
-    /// How Redis is deployed (default single).
+    /// How Redis is deployed (default single), with its addresses.
     pub mode: RedisMode,
-    /// Mode single: the server (default `redis://127.0.0.1:6379/0`).
-    pub url: Option<String>,
-    /// Mode redlock: the independent servers; mode cluster: the seed nodes.
-    pub urls: Vec<String>,
-    /// Mode sentinel: the sentinels to ask.
-    pub sentinels: Vec<String>,
-    /// Mode sentinel: the name of the monitored master.
-    pub master_name: Option<String>,
     /// The Redis ACL user.
     pub username: Option<String>,
     /// `LEADERD_REDIS_PASSWORD` if set and not empty, else the contents of `password_file`
@@ -346,6 +390,7 @@ pub fn load(
 /// # Errors
 ///
 /// As [`load`], without the file errors.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn load_from_str(
     yaml: &str,
     overrides: &Overrides,

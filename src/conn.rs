@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
 use redis::{Client, ErrorKind, RedisError};
 use tokio::sync::Mutex;
 
@@ -47,8 +46,9 @@ impl FailureKind {
     }
 }
 
-/// A failed Redis call: its kind and a one-line cause (never containing credentials).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A failed Redis call: its kind and a one-line cause (never containing credentials), with
+/// the error of the `redis` crate as its source when there was one.
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{cause}")]
 pub struct RedisFailure {
     /// The kind, for metrics and for deciding whether to reconnect.
@@ -57,15 +57,36 @@ pub struct RedisFailure {
     pub cause: String,
     /// Redis's error code (`WRONGTYPE`, `NOPERM`, ...) when the server answered with one.
     pub code: Option<String>,
+    /// The `redis` crate's error, when the failure came from one.
+    #[source]
+    pub source: Option<std::sync::Arc<RedisError>>,
 }
 
+/// Equal when kind, cause and code are (the source is their origin).
+impl PartialEq for RedisFailure {
+    fn eq(&self, other: &Self) -> bool {
+        (self.kind, &self.cause, &self.code) == (other.kind, &other.cause, &other.code)
+    }
+}
+
+impl Eq for RedisFailure {}
+
 impl RedisFailure {
-    fn timeout(what: &str, after: Duration) -> Self {
+    /// A failure without a `redis` error behind it.
+    pub fn new(kind: FailureKind, cause: impl Into<String>) -> Self {
         RedisFailure {
-            kind: FailureKind::Timeout,
-            cause: format!("{what} timed out after {}ms", after.as_millis()),
+            kind,
+            cause: cause.into(),
             code: None,
+            source: None,
         }
+    }
+
+    fn timeout(what: &str, after: Duration) -> Self {
+        RedisFailure::new(
+            FailureKind::Timeout,
+            format!("{what} timed out after {}ms", after.as_millis()),
+        )
     }
 
     fn from_redis(err: &RedisError) -> Self {
@@ -92,7 +113,12 @@ impl RedisFailure {
             _ => FailureKind::Other,
         };
         let cause = err.to_string().replace('\n', " ");
-        RedisFailure { kind, cause, code }
+        RedisFailure {
+            kind,
+            cause,
+            code,
+            source: Some(std::sync::Arc::new(err.clone())),
+        }
     }
 
     /// True when the connection should be dropped and made anew before the next call.
@@ -244,7 +270,3 @@ impl Endpoint {
         outcome
     }
 }
-
-/// Makes sure a connection type can run scripts; used in bounds.
-pub trait ScriptConnection: ConnectionLike + Send {}
-impl<T: ConnectionLike + Send> ScriptConnection for T {}

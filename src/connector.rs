@@ -11,8 +11,8 @@
 
 mod cluster;
 mod connection;
-mod from_config;
 mod sentinel;
+mod spec;
 mod tls;
 
 use std::io;
@@ -23,17 +23,18 @@ use std::time::Duration;
 use redis::aio::PubSub;
 use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
 
-pub use cluster::{key_slot, ClusterConnector};
-pub use connection::Conn;
-pub use from_config::{client_for_url, from_config};
-pub use sentinel::{NodeSettings, SentinelConnector};
-pub use tls::{init_tls, load_tls};
+pub(crate) use cluster::key_slot;
+pub(crate) use cluster::ClusterConnector;
+pub(crate) use connection::Conn;
+pub(crate) use sentinel::{NodeSettings, SentinelConnector};
+pub use spec::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
+pub(crate) use tls::init_tls;
 
 /// Makes connections to the Redis that holds the lease. Cheap to clone.
 // One per endpoint, made once: the size of a `Client` does not matter.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
-pub enum Connector {
+pub(crate) enum Connector {
     /// One server.
     Direct(Client),
     /// The master that the Sentinels name, looked up on every (re)connect.

@@ -1,36 +1,37 @@
 //! `leaderd run`: wires the lease, the elector, the HTTP server, the leader file and the
 //! metrics together around one state channel, and runs them until shutdown.
 
+mod report;
+
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::Backend;
 use crate::config::{Config, OnChange, OnExit, OnLost, RedisMode};
-use crate::election::{
-    self, AfterLoss, AfterWorkExit, Inputs, LeaseBackend, NoWork, Outputs, Policy, Reporter, Timing,
-};
-use crate::lease::{Holder, LeaseClient, LeaseError, LeaseSpec};
+use crate::connector::{ConnectError, RedisSpec, TlsFiles, Topology};
+use crate::election::{self, AfterLoss, AfterWorkExit, Inputs, NoWork, Policy, Timing};
+use crate::lease::{Lease, LeaseSpec};
 use crate::metrics::Metrics;
-use crate::redlock::RedlockClient;
 use crate::state::{Progress, Snapshot};
+
+pub(crate) use report::{Outputs, Reporter};
 
 /// Why the daemon could not run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    /// The configuration asks for something this build cannot do (exit 2).
-    #[error("{0}")]
-    Unsupported(String),
     /// The Redis settings cannot make a client (exit 2).
-    #[error("{0}")]
-    BadRedis(String),
+    #[error(transparent)]
+    Redis(#[from] ConnectError),
     /// The HTTP address cannot be bound (exit 1).
     #[error("publish.http_addr {addr}: cannot listen: {cause}")]
     Listen {
         /// The address.
         addr: String,
         /// Why.
+        #[source]
         cause: std::io::Error,
     },
     /// `proxy.listen` cannot be bound (exit 1).
@@ -39,7 +40,7 @@ pub enum DaemonError {
 }
 
 /// What the configuration allows but probably did not mean; one line each, naming the key.
-pub fn warnings(config: &Config) -> Vec<String> {
+pub(crate) fn warnings(config: &Config) -> Vec<String> {
     let mut warnings = Vec::new();
     if config.proxy.listen.is_some() && config.publish.advertise.is_none() {
         warnings.push("publish.advertise: not set while proxy.listen is; when this replica leads, the other replicas' proxies cannot reach its service (set it to the HOST:PORT where they reach proxy.upstream)".to_string());
@@ -47,24 +48,11 @@ pub fn warnings(config: &Config) -> Vec<String> {
     warnings
 }
 
-/// Features the configuration may name that this build does not provide yet; each entry is
-/// one line naming the key.
-pub fn unsupported(config: &Config) -> Vec<String> {
-    let mut problems = Vec::new();
-    if config.redis.min_replicas_ack > 0 && config.redis.mode == RedisMode::Redlock {
-        problems.push(format!(
-            "redis.min_replicas_ack: {} is not supported with mode redlock (its nodes are independent masters; allowed: 0)",
-            config.redis.min_replicas_ack
-        ));
-    }
-    problems
-}
-
 /// Binds the HTTP address of the configuration, if any.
 ///
 /// # Errors
 /// [`DaemonError::Listen`] when the address is taken or not ours.
-pub async fn bind_http(config: &Config) -> Result<Option<TcpListener>, DaemonError> {
+pub(crate) async fn bind_http(config: &Config) -> Result<Option<TcpListener>, DaemonError> {
     let Some(addr) = config.publish.http_addr else {
         return Ok(None);
     };
@@ -77,56 +65,37 @@ pub async fn bind_http(config: &Config) -> Result<Option<TcpListener>, DaemonErr
         })
 }
 
-/// The Redis client of the configuration (single mode), with its credentials.
-///
-/// # Errors
-/// [`DaemonError::BadRedis`] when the URL does not parse.
-pub fn redis_client(config: &Config) -> Result<redis::Client, DaemonError> {
-    let url = config
-        .redis
-        .url
-        .as_deref()
-        .unwrap_or("redis://127.0.0.1:6379/0");
-    crate::connector::client_for_url(config, url, "redis.url").map_err(DaemonError::BadRedis)
-}
-
-/// The lease client of the configuration.
-///
-/// # Errors
-/// As [`redis_client`].
-pub fn lease_client(config: &Config) -> Result<LeaseClient, DaemonError> {
-    let spec = lease_spec(config);
-    let connector = crate::connector::from_config(config).map_err(DaemonError::BadRedis)?;
-    Ok(LeaseClient::with_connector(
-        connector,
-        spec,
-        config.redis.min_replicas_ack,
-    ))
-}
-
-/// The Redlock client of the configuration (mode redlock): one client per `redis.urls`
-/// entry, each with the configuration's credentials and TLS files.
-///
-/// # Errors
-/// [`DaemonError::BadRedis`] when a URL does not parse, a TLS file cannot be used, or the
-/// number of URLs is not odd and >= 3.
-pub fn redlock_client(config: &Config) -> Result<RedlockClient, DaemonError> {
-    let clients = config
-        .redis
-        .urls
-        .iter()
-        .enumerate()
-        .map(|(i, url)| {
-            crate::connector::client_for_url(config, url, &format!("redis.urls[{i}]"))
-                .map_err(DaemonError::BadRedis)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    RedlockClient::with_clients(clients, lease_spec(config))
-        .map_err(|e| DaemonError::BadRedis(format!("redis.urls: {e}")))
+/// The connection spec of the configuration's `redis` section.
+pub(crate) fn redis_spec(config: &Config) -> RedisSpec {
+    let r = &config.redis;
+    let topology = match &r.mode {
+        RedisMode::Single { url } => Topology::Single { url: url.clone() },
+        RedisMode::Sentinel {
+            sentinels,
+            master_name,
+        } => Topology::Sentinel {
+            sentinels: sentinels.clone(),
+            master_name: master_name.clone(),
+        },
+        RedisMode::Cluster { urls } => Topology::Cluster { urls: urls.clone() },
+        RedisMode::Redlock { urls } => Topology::Redlock { urls: urls.clone() },
+    };
+    let tls = r.tls.as_ref().map_or_else(TlsFiles::default, |t| TlsFiles {
+        ca_file: t.ca_file.clone(),
+        cert_file: t.cert_file.clone(),
+        key_file: t.key_file.clone(),
+    });
+    RedisSpec {
+        topology,
+        username: r.username.clone(),
+        password: r.password.clone(),
+        tls,
+        min_replicas_ack: r.min_replicas_ack,
+    }
 }
 
 /// The lease spec of the configuration.
-fn lease_spec(config: &Config) -> LeaseSpec {
+pub(crate) fn lease_spec(config: &Config) -> LeaseSpec {
     LeaseSpec {
         name: config.name.clone(),
         key_prefix: config.redis.key_prefix.clone(),
@@ -138,36 +107,12 @@ fn lease_spec(config: &Config) -> LeaseSpec {
     }
 }
 
-/// The lease of the configuration in whichever mode it names, for `leaderd status`.
-pub enum Observer {
-    /// Mode single.
-    Single(LeaseClient),
-    /// Mode redlock.
-    Redlock(RedlockClient),
-}
-
-impl Observer {
-    /// Who holds the lease (in redlock mode: the holder seen on a majority).
-    ///
-    /// # Errors
-    /// As [`LeaseClient::observe`] and [`RedlockClient::observe`].
-    pub async fn observe(&self) -> Result<Option<Holder>, LeaseError> {
-        match self {
-            Observer::Single(lease) => lease.observe().await,
-            Observer::Redlock(lease) => lease.observe().await,
-        }
-    }
-}
-
-/// The [`Observer`] of the configuration.
+/// The lease of the configuration, in whichever mode it names (for `run` and `status`).
 ///
 /// # Errors
-/// As [`lease_client`] and [`redlock_client`].
-pub fn observer(config: &Config) -> Result<Observer, DaemonError> {
-    match config.redis.mode {
-        RedisMode::Redlock => redlock_client(config).map(Observer::Redlock),
-        _ => lease_client(config).map(Observer::Single),
-    }
+/// [`DaemonError::Redis`] naming the setting that cannot make a client.
+pub(crate) fn backend(config: &Config) -> Result<Backend, DaemonError> {
+    Ok(Backend::connect(&redis_spec(config), lease_spec(config))?)
 }
 
 fn policy(config: &Config) -> Policy {
@@ -197,33 +142,20 @@ fn policy(config: &Config) -> Policy {
 ///
 /// # Errors
 /// [`DaemonError`] when it cannot start.
-pub async fn run(
+pub(crate) async fn run(
     config: Config,
     listener: Option<TcpListener>,
     shutdown: CancellationToken,
     yields: mpsc::Receiver<()>,
 ) -> Result<i32, DaemonError> {
-    if let Some(first) = unsupported(&config).into_iter().next() {
-        return Err(DaemonError::Unsupported(first));
-    }
-    match config.redis.mode {
-        RedisMode::Single | RedisMode::Sentinel | RedisMode::Cluster => {
-            let lease = Arc::new(lease_client(&config)?);
-            let proxy = crate::proxy::bind(&config).await?;
-            Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)
-        }
-        RedisMode::Redlock => {
-            let lease = Arc::new(redlock_client(&config)?);
-            let proxy = crate::proxy::bind(&config).await?;
-            Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)
-        }
-    }
+    let lease = Arc::new(backend(&config)?);
+    let proxy = crate::proxy::bind(&config).await?;
+    Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)
 }
 
-/// Runs the daemon over any lease backend (single Redis, Sentinel, Redlock, ...); `proxy`
-/// is the bound `proxy.listen`, if any.
-pub async fn run_with<B: LeaseBackend>(
-    lease: Arc<B>,
+/// Runs the daemon over any lease; `proxy` is the bound `proxy.listen`, if any.
+async fn run_with<L: Lease>(
+    lease: Arc<L>,
     config: Config,
     listener: Option<TcpListener>,
     proxy: Option<TcpListener>,
@@ -258,8 +190,7 @@ pub async fn run_with<B: LeaseBackend>(
             state_rx.clone(),
         ))
     });
-    let margin =
-        2 * config.redis.command_timeout + crate::lease::drift(config.election.lease_duration);
+    let margin = 2 * config.redis.command_timeout + lease.spec().drift();
     let gate = crate::proxy::LocalGate::new(config.proxy.on_change == OnChange::Close, margin);
     let proxy = proxy.map(|listener| {
         let upstream = config.proxy.upstream.clone().unwrap_or_default();

@@ -3,72 +3,17 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{
-    backoff, jittered, unix_ms, wait_for_holder, Acquire, Holder, LeaseError, Term,
-};
-use crate::state::{Phase, Snapshot, TermView};
+use crate::lease::{backoff, jittered, wait_for_holder, Acquire, Lease, LeaseError, Term};
+use crate::state::TermView;
 
-mod report;
-pub(crate) use report::Outputs;
-pub use report::Reporter;
-
-/// What the elector needs of a lease; implemented by [`crate::lease::LeaseClient`] and by
-/// test doubles running on paused time.
-pub trait LeaseBackend: Send + Sync + 'static {
-    /// One acquire attempt within `timeout`.
-    fn try_acquire(
-        &self,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<Acquire, LeaseError>> + Send;
-    /// Compare-and-extend within `timeout`; moves `term.valid_until` on success.
-    fn renew(
-        &self,
-        term: &mut Term,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<(), LeaseError>> + Send;
-    /// Compare-and-delete within `timeout`, publishing the release.
-    fn release(
-        &self,
-        term: &Term,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
-    /// Who holds the lease, without contending.
-    fn observe(
-        &self,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<Option<Holder>, LeaseError>> + Send;
-    /// A watch that changes whenever a release of the lease is published.
-    fn watch_releases(&self) -> crate::lease::ReleaseWatch;
-    /// The timeout of one attempt when the caller has none of its own.
-    fn attempt_timeout(&self) -> Duration;
-}
-
-impl LeaseBackend for crate::lease::LeaseClient {
-    async fn try_acquire(&self, timeout: Duration) -> Result<Acquire, LeaseError> {
-        self.try_acquire_within(Some(timeout)).await
-    }
-    async fn renew(&self, term: &mut Term, timeout: Duration) -> Result<(), LeaseError> {
-        crate::lease::LeaseClient::renew(self, term, Some(timeout)).await
-    }
-    async fn release(&self, term: &Term, timeout: Duration) -> Result<bool, LeaseError> {
-        self.release_within(term, Some(timeout)).await
-    }
-    async fn observe(&self, _timeout: Duration) -> Result<Option<Holder>, LeaseError> {
-        crate::lease::LeaseClient::observe(self).await
-    }
-    fn watch_releases(&self) -> crate::lease::ReleaseWatch {
-        crate::lease::LeaseClient::watch_releases(self)
-    }
-    fn attempt_timeout(&self) -> Duration {
-        self.spec().command_timeout
-    }
-}
+mod events;
+pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
 
 /// The work done only while leading (exec mode); [`NoWork`] when there is none.
 pub trait LeaderWork: Send {
@@ -153,9 +98,24 @@ pub enum StepDown {
     Yield,
     /// The work exited by itself, with this code.
     WorkExit(i32),
+    /// Handed over to a successor on request (issue 11; not produced yet).
+    Handover,
+    /// Handed over to a preferred candidate (issue 11; not produced yet).
+    Preempted,
 }
 
 impl StepDown {
+    /// One of each reason (`WorkExit` with code 0), in the order the metrics list them.
+    pub const ALL: [StepDown; 7] = [
+        StepDown::Lost,
+        StepDown::Deadline,
+        StepDown::Shutdown,
+        StepDown::Yield,
+        StepDown::WorkExit(0),
+        StepDown::Handover,
+        StepDown::Preempted,
+    ];
+
     /// The label used in logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -164,9 +124,15 @@ impl StepDown {
             StepDown::Shutdown => "shutdown",
             StepDown::Yield => "yield",
             StepDown::WorkExit(_) => "child_exit",
+            StepDown::Handover => "handover",
+            StepDown::Preempted => "preempted",
         }
     }
 }
+
+/// The longest the elector waits for [`ElectionEvents::work_stopped`] before it releases:
+/// a slow events implementation delays the successor by at most this much.
+pub const WORK_STOPPED_LIMIT: Duration = Duration::from_secs(2);
 
 /// Inputs of the elector besides the lease.
 pub struct Inputs {
@@ -181,13 +147,14 @@ pub struct Inputs {
 /// Runs the election until shutdown (returns 0), a loss with `on_lost: exit` (returns 1),
 /// or the work's exit with `on_exit: exit` (returns its code). The last state sent is
 /// `Stopped`.
-pub async fn run<B: LeaseBackend, W: LeaderWork>(
-    lease: Arc<B>,
+pub async fn run<L: Lease, W: LeaderWork, E: ElectionEvents>(
+    lease: Arc<L>,
     policy: Policy,
     mut work: W,
     mut inputs: Inputs,
-    reporter: Reporter,
+    events: E,
 ) -> i32 {
+    let reporter = &events;
     let mut releases = lease.watch_releases();
     let mut sit_out_until: Option<Instant> = None;
     let code = loop {
@@ -196,7 +163,7 @@ pub async fn run<B: LeaseBackend, W: LeaderWork>(
             &policy,
             &mut inputs,
             &mut releases,
-            &reporter,
+            reporter,
             sit_out_until,
         )
         .await
@@ -204,8 +171,8 @@ pub async fn run<B: LeaseBackend, W: LeaderWork>(
             Some(term) => term,
             None => break 0,
         };
-        let (reason, term) = lead(&*lease, &policy, &mut work, &mut inputs, &reporter, term).await;
-        step_down(&*lease, &policy, &mut work, &reporter, &term, reason).await;
+        let (reason, term) = lead(&*lease, &policy, &mut work, &mut inputs, reporter, term).await;
+        step_down(&*lease, &policy, &mut work, reporter, &term, reason).await;
         let sit_out = match reason {
             StepDown::Shutdown => break 0,
             StepDown::Yield => policy.timing.lease_duration,
@@ -221,12 +188,12 @@ pub async fn run<B: LeaseBackend, W: LeaderWork>(
 
 /// Contends until a term is won (`Some`) or shutdown (`None`). Before `sit_out_until` and
 /// while unhealthy it only observes.
-async fn follow<B: LeaseBackend>(
-    lease: &B,
+async fn follow<L: Lease, E: ElectionEvents>(
+    lease: &L,
     policy: &Policy,
     inputs: &mut Inputs,
     releases: &mut crate::lease::ReleaseWatch,
-    reporter: &Reporter,
+    reporter: &E,
     sit_out_until: Option<Instant>,
 ) -> Option<Term> {
     let t = policy.timing;
@@ -240,34 +207,26 @@ async fn follow<B: LeaseBackend>(
         let outcome = if contend {
             lease.try_acquire(t.command_timeout).await
         } else {
-            lease.observe(t.command_timeout).await.map(|h| match h {
-                Some(holder) => Acquire::Held(holder),
-                None => Acquire::Held(Holder {
-                    holder: None,
-                    fence: 0,
-                    remaining: None,
-                    address: None,
-                }),
-            })
+            lease.observe(t.command_timeout).await.map(Acquire::Denied)
         };
         reporter.attempted();
         let mut wait = match outcome {
             Ok(Acquire::Acquired(term)) => {
-                reporter.acquire_result("acquired");
+                reporter.acquire_result(AcquireResult::Acquired);
                 return Some(term);
             }
-            Ok(Acquire::Held(holder)) => {
+            Ok(Acquire::Denied(seen)) => {
                 failures = 0;
                 if contend {
-                    reporter.acquire_result("held");
+                    reporter.acquire_result(AcquireResult::Held);
                 }
-                reporter.observed(&holder);
-                wait_for_holder(&holder, jittered(t.retry_period, t.jitter))
+                reporter.observed(&seen);
+                wait_for_holder(&seen, jittered(t.retry_period, t.jitter))
             }
             Err(err) => {
                 failures += 1;
                 if contend {
-                    reporter.acquire_result("error");
+                    reporter.acquire_result(AcquireResult::Error);
                 }
                 reporter.redis_failed(&err);
                 backoff(t.retry_period, failures)
@@ -288,17 +247,17 @@ async fn follow<B: LeaseBackend>(
 
 /// Holds the term, renewing every `retry_period`, until it must step down; returns why, with
 /// the term as last renewed.
-async fn lead<B: LeaseBackend, W: LeaderWork>(
-    lease: &B,
+async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
+    lease: &L,
     policy: &Policy,
     work: &mut W,
     inputs: &mut Inputs,
-    reporter: &Reporter,
+    reporter: &E,
     mut term: Term,
 ) -> (StepDown, Term) {
     let t = policy.timing;
     reporter.acquired(&term);
-    work.start(&view(&term)).await;
+    work.start(&TermView::from(&term)).await;
     let mut next_renew = term.last_sent + t.retry_period;
     loop {
         let deadline = term.last_sent + t.renew_deadline;
@@ -320,13 +279,16 @@ async fn lead<B: LeaseBackend, W: LeaderWork>(
         let budget = t.command_timeout.min(deadline - now);
         let outcome = lease.renew(&mut term, budget).await;
         reporter.attempted();
-        reporter.renew_result(&outcome, now.elapsed());
+        reporter.renew_result(RenewResult::of(&outcome), now.elapsed());
+        if let Err(err @ (LeaseError::Unavailable(_) | LeaseError::WrongType { .. })) = &outcome {
+            reporter.redis_failed(err);
+        }
         match outcome {
             Ok(()) => {
                 next_renew = term.last_sent + t.retry_period;
                 if term.is_valid() {
                     reporter.renewed(&term);
-                    work.extend(&view(&term)).await;
+                    work.extend(&TermView::from(&term)).await;
                 }
             }
             Err(LeaseError::Lost) => return (StepDown::Lost, term),
@@ -339,17 +301,25 @@ async fn lead<B: LeaseBackend, W: LeaderWork>(
 
 /// Stops claiming, stops the work, then releases: in that order, so that nothing guarded by
 /// the lease outlives the claim, and the release is never sent before `stepped_down` is logged.
-async fn step_down<B: LeaseBackend, W: LeaderWork>(
-    lease: &B,
+async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
+    lease: &L,
     policy: &Policy,
     work: &mut W,
-    reporter: &Reporter,
+    reporter: &E,
     term: &Term,
     reason: StepDown,
 ) {
     reporter.stepped_down(term, reason);
     work.stop().await;
-    reporter.claim_over(term, reason).await;
+    if tokio::time::timeout(WORK_STOPPED_LIMIT, reporter.work_stopped(term, reason))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            fence = term.fence,
+            "work_stopped took longer than {WORK_STOPPED_LIMIT:?}; releasing anyway"
+        );
+    }
     let release = match reason {
         StepDown::Lost => false,
         StepDown::Shutdown => policy.release_on_shutdown,
@@ -373,30 +343,6 @@ async fn unhealthy(healthy: &mut watch::Receiver<bool>) {
 async fn health_change(healthy: &mut watch::Receiver<bool>) {
     if healthy.changed().await.is_err() {
         std::future::pending::<()>().await;
-    }
-}
-
-/// The published view of a term.
-pub fn view(term: &Term) -> TermView {
-    TermView {
-        fence: term.fence,
-        acquired_at: term.acquired_at,
-        valid_until: term.valid_until,
-        valid_until_wall: term.valid_until_wall,
-    }
-}
-
-/// Milliseconds since the epoch of now.
-fn now_ms() -> u64 {
-    unix_ms(SystemTime::now())
-}
-
-/// Keeps the snapshot fields a phase change carries consistent.
-fn with_phase(snapshot: &mut Snapshot, phase: Phase) {
-    snapshot.phase = phase;
-    snapshot.observed_at = SystemTime::now();
-    if phase != Phase::Leader {
-        snapshot.term = None;
     }
 }
 

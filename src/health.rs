@@ -15,7 +15,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HealthCheckConfig;
-use crate::election::Reporter;
+use crate::daemon::Reporter;
 
 /// Why one check failed.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +93,7 @@ impl Tracker {
     }
 
     /// The current verdict.
+    #[cfg(test)]
     pub fn healthy(&self) -> bool {
         self.healthy
     }

@@ -2,24 +2,27 @@
 //! with fencing tokens, held through the three Lua scripts in `lua/`.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), leaderd::lease::LeaseError> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use leaderd::lease::{Acquire, LeaseClient, LeaseSpec};
+//! use leaderd::{Acquire, Lease, LeaseClient, LeaseSpec};
 //!
 //! let spec = LeaseSpec::new("orders-scheduler", "pod-a", Duration::from_secs(15));
 //! let lease = LeaseClient::connect("redis://127.0.0.1:6379/0", spec)?;
-//! match lease.try_acquire().await? {
+//! let budget = lease.default_budget();
+//! match lease.try_acquire(budget).await? {
 //!     Acquire::Acquired(mut term) => {
 //!         // Work guarded by term.fence, only while term.is_valid().
-//!         lease.renew(&mut term, None).await?;
-//!         lease.release(&term).await?;
+//!         lease.renew(&mut term, budget).await?;
+//!         lease.release(&term, budget).await?;
 //!     }
-//!     Acquire::Held(holder) => println!("held by {:?} for {:?}", holder.holder, holder.remaining),
+//!     Acquire::Denied(seen) => println!("not ours: {seen}"),
 //! }
 //! # Ok(()) }
 //! ```
 
+mod acl;
 mod acquire;
+mod interface;
 mod ops;
 mod reply;
 mod types;
@@ -28,14 +31,14 @@ mod watch;
 
 use redis::{Client, Script};
 
-use crate::acl::LeaseScript;
-use crate::conn::{Endpoint, FailureKind, RedisFailure};
-use crate::connector::Connector;
+use crate::conn::{Endpoint, RedisFailure};
+use crate::connector::{ConnectError, Connector};
+use crate::lease::acl::LeaseScript;
 
-pub use types::{
-    drift, new_token, unix_ms, Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Term,
-};
-pub use wait::{backoff, jittered, wait_for_holder, wait_for_lease};
+pub use interface::Lease;
+pub(crate) use types::{new_token, unix_ms};
+pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Term};
+pub(crate) use wait::{backoff, jittered, wait_for_holder};
 pub use watch::ReleaseWatch;
 
 /// Client for one lease on one Redis endpoint.
@@ -53,14 +56,11 @@ impl LeaseClient {
     /// `unix://`). Nothing is sent until the first operation.
     ///
     /// # Errors
-    /// [`LeaseError::Unavailable`] when the URL cannot be parsed.
-    pub fn connect(url: &str, spec: LeaseSpec) -> Result<Self, LeaseError> {
-        let client = Client::open(url).map_err(|_| {
-            LeaseError::Unavailable(RedisFailure {
-                kind: FailureKind::Other,
-                cause: "invalid Redis URL (expected redis://, rediss:// or unix://)".into(),
-                code: None,
-            })
+    /// [`ConnectError::BadUrl`] when the URL cannot be parsed.
+    pub fn connect(url: &str, spec: LeaseSpec) -> Result<Self, ConnectError> {
+        let client = Client::open(url).map_err(|cause| ConnectError::BadUrl {
+            key: "url".into(),
+            cause,
         })?;
         Ok(Self::with_client(client, spec))
     }
@@ -76,7 +76,11 @@ impl LeaseClient {
     /// replicas acknowledged it (`WAIT`); an unacknowledged acquire is undone and reported as
     /// [`LeaseError::Unavailable`] of kind timeout, an unacknowledged renew leaves the term's
     /// validity as it was.
-    pub fn with_connector(connector: Connector, spec: LeaseSpec, min_replicas_ack: u32) -> Self {
+    pub(crate) fn with_connector(
+        connector: Connector,
+        spec: LeaseSpec,
+        min_replicas_ack: u32,
+    ) -> Self {
         let endpoint =
             Endpoint::with_connector(connector, spec.connect_timeout, spec.command_timeout)
                 .with_min_replicas_ack(min_replicas_ack);
@@ -108,18 +112,13 @@ impl LeaseClient {
         }
     }
 
-    /// The spec this client was made with.
-    pub fn spec(&self) -> &LeaseSpec {
-        &self.spec
-    }
-
     /// The keys of the lease.
     pub fn keys(&self) -> &LeaseKeys {
         &self.keys
     }
 
     /// The Redis endpoint, to run other scripts on the same connection (Redlock).
-    pub fn endpoint(&self) -> &Endpoint {
+    pub(crate) fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }
 
@@ -130,7 +129,7 @@ impl LeaseClient {
     /// A failed script call as the error to return, naming the ACL permission it lacked
     /// when that is why it failed.
     async fn fail<T>(&self, failure: RedisFailure, script: LeaseScript) -> Result<T, LeaseError> {
-        let failure = crate::acl::explain(&self.endpoint, &self.keys, script, failure).await;
+        let failure = crate::lease::acl::explain(&self.endpoint, &self.keys, script, failure).await;
         Err(self.lift(failure))
     }
 

@@ -1,47 +1,140 @@
 //! leaderd: leader election over a Redis lease, as a sidecar daemon and as a library.
 //!
-//! Library layer:
-//! - [`lease`]: the lease primitive (acquire, renew, release, wait) and its fencing tokens.
-//! - [`lock`]: a reentrant lock over a lease, with a watchdog that renews it in the
+//! Library (always built):
+//! - [`Lease`]: the one lease interface (acquire, renew, release, observe, the blocking
+//!   wait), with fencing tokens; [`LeaseClient`] implements it on one Redis (a server, the
+//!   Sentinel master or a cluster), [`RedlockClient`] on a majority of independent masters,
+//!   and [`Backend`] is whichever a [`RedisSpec`] names.
+//! - [`Locker`]: a reentrant lock over any lease, with a watchdog that renews it in the
 //!   background and reports its loss.
-//! - [`conn`]: one Redis endpoint with timeouts and error kinds; [`connector`]: where its
-//!   connections come from (one server, the Sentinel master, a cluster); [`release_watch`]:
-//!   the release channel listener; [`acl`]: naming the ACL permission a Redis user lacks.
-//! - [`election`]: the elector state machine, behind a small lease trait.
-//! - [`redlock`]: the lease on a majority of independent Redis masters, with fences that
-//!   keep increasing across majorities.
-//! - [`state`]: the leadership state and the status document derived from it.
+//! - [`election`]: the elector state machine over any lease, reporting every transition to
+//!   an [`ElectionEvents`] of the caller's; [`state`]: the leadership state it implies.
 //!
-//! Daemon layer:
-//! - [`config`]: `config.yaml`, environment and flags, validated.
-//! - [`daemon`]: `leaderd run`, wiring everything around one state channel.
-//! - [`exec`]: exec mode, the command run only while leading; [`keeper`]: the process that
-//!   starts and watches it, killing it on its own when the term's validity passes.
-//! - [`health`]: the health check that gates contending and leading.
-//! - `hooks`: commands run when leadership changes; `proxy`: the leader-aware TCP proxy.
-//! - [`metrics`]: the Prometheus series of the contract in a private registry.
-//! - [`http`]: the HTTP probes, status document, event stream and metrics endpoint.
-//! - [`publish`]: the leader file, rewritten atomically at every change of the state.
-//! - [`shutdown`]: signals; [`logging`]: log output; [`cli`]: the commands.
-pub mod acl;
-pub mod cli;
-pub mod config;
-pub mod conn;
-pub mod connector;
-pub mod daemon;
+//! - [`RedisSpec`]: where the lease's Redis is (a [`Topology`] with its addresses,
+//!   credentials as a [`Secret`], [`TlsFiles`]); a mistake in it is a [`ConnectError`].
+//!
+//! Internal modules: `conn` (one Redis endpoint with timeouts and error kinds), `connector`
+//! (where its connections come from), `release_watch` (the release channel listener),
+//! `lease::acl` (naming the ACL permission a Redis user lacks), `backend` ([`Backend`]).
+//!
+//! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
+//! state channel), `exec` and `keeper` (the command run only while leading), `health`,
+//! `metrics`, `http`, `publish` (the leader file), `shutdown`, `logging`, `cli`, `hooks`
+//! (commands run when leadership changes), `proxy` (the leader-aware TCP proxy).
+//!
+//! # A lock
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use leaderd::{LeaseClient, LeaseSpec, Locker};
+//!
+//! let spec = LeaseSpec::new("nightly-report", "worker-1", Duration::from_secs(10));
+//! let locker = Locker::new(LeaseClient::connect("redis://127.0.0.1:6379/0", spec)?);
+//! let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+//! let mut guard = locker.lock(deadline).await?;
+//! tokio::select! {
+//!     _ = guard.lost() => eprintln!("lease lost: stop writing"),
+//!     _ = tokio::time::sleep(Duration::from_secs(5)) => {} // the work, fenced by guard.fence()
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # An elector
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use leaderd::election::{self, AfterLoss, AfterWorkExit, Inputs, NoWork, Policy, StepDown, Timing};
+//! use leaderd::{Backend, ElectionEvents, LeaseSpec, RedisSpec, Term};
+//!
+//! struct Log;
+//! impl ElectionEvents for Log {
+//!     fn acquired(&self, term: &Term) {
+//!         println!("leading with fence {}", term.fence);
+//!     }
+//!     fn stepped_down(&self, _: &Term, reason: StepDown) {
+//!         println!("stepped down: {}", reason.as_str());
+//!     }
+//! }
+//!
+//! let lease = LeaseSpec::new("orders-scheduler", "pod-a", Duration::from_secs(15));
+//! let backend = Backend::connect(&RedisSpec::single("redis://127.0.0.1:6379/0"), lease)?;
+//! let policy = Policy {
+//!     timing: Timing {
+//!         lease_duration: Duration::from_secs(15),
+//!         renew_deadline: Duration::from_secs(10),
+//!         retry_period: Duration::from_secs(2),
+//!         jitter: 0.2,
+//!         command_timeout: Duration::from_millis(500),
+//!     },
+//!     on_lost: AfterLoss::Contend,
+//!     on_work_exit: AfterWorkExit::Release,
+//!     release_on_shutdown: true,
+//! };
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! let (_yield_tx, yields) = tokio::sync::mpsc::channel(1);
+//! let (_health_tx, healthy) = tokio::sync::watch::channel(true);
+//! let inputs = Inputs { shutdown: shutdown.clone(), yields, healthy };
+//! let code = election::run(Arc::new(backend), policy, NoWork, inputs, Log).await;
+//! # let _ = code; Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod backend;
+mod conn;
+mod connector;
 pub mod election;
-pub mod exec;
-pub mod health;
-pub(crate) mod hooks;
-pub mod http;
-pub mod keeper;
-pub mod lease;
-pub mod lock;
-pub mod logging;
-pub mod metrics;
-pub(crate) mod proxy;
-pub mod publish;
-pub mod redlock;
-pub mod release_watch;
-pub mod shutdown;
+mod lease;
+mod lock;
+mod redlock;
+mod release_watch;
 pub mod state;
+
+#[cfg(feature = "daemon")]
+mod cli;
+#[cfg(feature = "daemon")]
+mod config;
+#[cfg(feature = "daemon")]
+mod daemon;
+#[cfg(feature = "daemon")]
+mod exec;
+#[cfg(feature = "daemon")]
+mod health;
+#[cfg(feature = "daemon")]
+mod hooks;
+#[cfg(feature = "daemon")]
+#[doc(hidden)]
+pub mod http;
+#[cfg(feature = "daemon")]
+mod keeper;
+#[cfg(feature = "daemon")]
+mod logging;
+#[cfg(feature = "daemon")]
+#[doc(hidden)]
+pub mod metrics;
+#[cfg(feature = "daemon")]
+mod proxy;
+#[cfg(feature = "daemon")]
+#[doc(hidden)]
+pub mod publish;
+#[cfg(feature = "daemon")]
+mod shutdown;
+
+pub use backend::Backend;
+pub use conn::{FailureKind, RedisFailure};
+pub use connector::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
+pub use election::{ElectionEvents, StepDown};
+pub use lease::{
+    Acquire, Holder, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed, ReleaseWatch,
+    Term,
+};
+pub use lock::{LeaseGuard, Locker, LossReason, WatchdogConfig};
+pub use redlock::RedlockClient;
+
+/// The `leaderd` command line (the binary's `main`).
+#[cfg(feature = "daemon")]
+#[doc(hidden)]
+pub use cli::main as cli_main;

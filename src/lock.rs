@@ -7,11 +7,13 @@
 //! `Locker` while it holds the lease succeeds at once and is counted; the lease is released
 //! when every [`LeaseGuard`] has been released (or dropped).
 //!
+//! Any [`Lease`] will do: one Redis ([`crate::LeaseClient`]), Redlock
+//! ([`crate::RedlockClient`]), or the configured [`crate::Backend`].
+//!
 //! ```no_run
-//! # async fn demo() -> Result<(), leaderd::lease::LeaseError> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use leaderd::lease::{LeaseClient, LeaseSpec};
-//! use leaderd::lock::Locker;
+//! use leaderd::{LeaseClient, LeaseSpec, Locker};
 //!
 //! let spec = LeaseSpec::new("nightly-report", "worker-1", Duration::from_secs(10));
 //! let locker = Locker::new(LeaseClient::connect("redis://127.0.0.1:6379/0", spec)?);
@@ -33,7 +35,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{Acquire, LeaseClient, LeaseError, Term};
+use crate::lease::{Acquire, Lease, LeaseError, Term};
 
 /// Why a held lease ended without being released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,22 +78,31 @@ struct Hold {
 }
 
 /// A reentrant lock over one lease. Cheap to clone; clones are the same holder.
-#[derive(Clone)]
-pub struct Locker {
-    client: Arc<LeaseClient>,
+pub struct Locker<L: Lease> {
+    client: Arc<L>,
     config: WatchdogConfig,
     hold: Arc<Mutex<Option<Hold>>>,
 }
 
-impl Locker {
+impl<L: Lease> Clone for Locker<L> {
+    fn clone(&self) -> Self {
+        Locker {
+            client: self.client.clone(),
+            config: self.config,
+            hold: self.hold.clone(),
+        }
+    }
+}
+
+impl<L: Lease> Locker<L> {
     /// A locker with the watchdog timings of [`WatchdogConfig::for_lease`].
-    pub fn new(client: LeaseClient) -> Self {
+    pub fn new(client: L) -> Self {
         let config = WatchdogConfig::for_lease(client.spec().lease_duration);
         Self::with_config(client, config)
     }
 
     /// A locker with explicit watchdog timings.
-    pub fn with_config(client: LeaseClient, config: WatchdogConfig) -> Self {
+    pub fn with_config(client: L, config: WatchdogConfig) -> Self {
         Locker {
             client: Arc::new(client),
             config,
@@ -103,7 +114,7 @@ impl Locker {
     ///
     /// # Errors
     /// `Timeout` when the deadline passes; `WrongType` for a foreign key.
-    pub async fn lock(&self, deadline: Instant) -> Result<LeaseGuard, LeaseError> {
+    pub async fn lock(&self, deadline: Instant) -> Result<LeaseGuard<L>, LeaseError> {
         let mut hold = self.hold.lock().await;
         if let Some(guard) = self.reenter(&mut hold) {
             return Ok(guard);
@@ -116,14 +127,18 @@ impl Locker {
     ///
     /// # Errors
     /// `Held` (who holds it, for how long) when someone else holds the lease; Redis errors.
-    pub async fn try_lock(&self) -> Result<LeaseGuard, LeaseError> {
+    pub async fn try_lock(&self) -> Result<LeaseGuard<L>, LeaseError> {
         let mut hold = self.hold.lock().await;
         if let Some(guard) = self.reenter(&mut hold) {
             return Ok(guard);
         }
-        match self.client.try_acquire().await? {
+        match self
+            .client
+            .try_acquire(self.client.default_budget())
+            .await?
+        {
             Acquire::Acquired(term) => Ok(self.start(&mut hold, term)),
-            Acquire::Held(holder) => Err(LeaseError::Held(holder)),
+            Acquire::Denied(seen) => Err(LeaseError::Held(seen)),
         }
     }
 
@@ -132,7 +147,7 @@ impl Locker {
         self.hold.lock().await.as_ref().map_or(0, |h| h.count)
     }
 
-    fn reenter(&self, hold: &mut Option<Hold>) -> Option<LeaseGuard> {
+    fn reenter(&self, hold: &mut Option<Hold>) -> Option<LeaseGuard<L>> {
         let held = hold.as_mut()?;
         let alive = held.loss.borrow().is_none() && held.term.lock().ok()?.is_valid();
         if !alive {
@@ -142,7 +157,7 @@ impl Locker {
         Some(self.guard(held))
     }
 
-    fn start(&self, hold: &mut Option<Hold>, term: Term) -> LeaseGuard {
+    fn start(&self, hold: &mut Option<Hold>, term: Term) -> LeaseGuard<L> {
         if let Some(old) = hold.take() {
             old.stop.cancel();
         }
@@ -168,7 +183,7 @@ impl Locker {
         guard
     }
 
-    fn guard(&self, hold: &Hold) -> LeaseGuard {
+    fn guard(&self, hold: &Hold) -> LeaseGuard<L> {
         LeaseGuard {
             locker: Some(self.clone()),
             term: hold.term.clone(),
@@ -191,7 +206,11 @@ impl Locker {
         let _ = held.watchdog.await;
         let term = held.term.lock().map(|t| t.clone()).ok();
         match term {
-            Some(term) => self.client.release(&term).await,
+            Some(term) => {
+                self.client
+                    .release(&term, self.client.default_budget())
+                    .await
+            }
             None => Ok(false),
         }
     }
@@ -199,13 +218,13 @@ impl Locker {
 
 /// One hold of a lease. Release it with [`LeaseGuard::release`]; dropping it releases in
 /// the background.
-pub struct LeaseGuard {
-    locker: Option<Locker>,
+pub struct LeaseGuard<L: Lease> {
+    locker: Option<Locker<L>>,
     term: Arc<StdMutex<Term>>,
     loss: watch::Receiver<Option<LossReason>>,
 }
 
-impl LeaseGuard {
+impl<L: Lease> LeaseGuard<L> {
     /// The fencing token of this term: pass it to the resources the lock protects.
     pub fn fence(&self) -> u64 {
         self.term.lock().map_or(0, |t| t.fence)
@@ -252,7 +271,7 @@ impl LeaseGuard {
     }
 }
 
-impl Drop for LeaseGuard {
+impl<L: Lease> Drop for LeaseGuard<L> {
     fn drop(&mut self) {
         if let Some(locker) = self.locker.take() {
             let term = self.term.clone();
@@ -265,8 +284,8 @@ impl Drop for LeaseGuard {
     }
 }
 
-async fn watchdog(
-    client: Arc<LeaseClient>,
+async fn watchdog<L: Lease>(
+    client: Arc<L>,
     term: Arc<StdMutex<Term>>,
     config: WatchdogConfig,
     loss: watch::Sender<Option<LossReason>>,
@@ -288,11 +307,11 @@ async fn watchdog(
         };
         let deadline = current.last_sent + config.renew_deadline;
         let left = deadline.saturating_duration_since(Instant::now());
-        let budget = left.min(client.spec().command_timeout);
+        let budget = left.min(client.default_budget());
         let outcome = if budget.is_zero() {
-            Err(LeaseError::Timeout { last_holder: None })
+            Err(LeaseError::Timeout { last_seen: None })
         } else {
-            client.renew(&mut current, Some(budget)).await
+            client.renew(&mut current, budget).await
         };
         match outcome {
             Ok(()) => {

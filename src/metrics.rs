@@ -13,17 +13,11 @@ use prometheus::{
 use tokio::time::Instant;
 
 use crate::conn::FailureKind;
+use crate::election::{AcquireResult, RenewResult, StepDown};
 use crate::state::Snapshot;
 
 mod outputs;
 pub use outputs::OutputMetrics;
-
-/// The `result` values of `leaderd_acquire_attempts_total`.
-pub const ACQUIRE_RESULTS: [&str; 3] = ["acquired", "held", "error"];
-/// The `result` values of `leaderd_renewals_total`.
-pub const RENEWAL_RESULTS: [&str; 3] = ["ok", "lost", "error"];
-/// The `reason` values of `leaderd_step_downs_total`.
-pub const STEP_DOWN_REASONS: [&str; 5] = ["lost", "deadline", "shutdown", "yield", "child_exit"];
 
 /// Buckets of `leaderd_renew_duration_seconds`: from a loopback round trip to command timeouts.
 const RENEW_BUCKETS: [f64; 12] = [
@@ -83,14 +77,14 @@ impl Metrics {
                 "leaderd_acquire_attempts_total",
                 ACQUIRE_HELP,
                 "result",
-                &ACQUIRE_RESULTS,
+                &AcquireResult::ALL.map(AcquireResult::as_str),
             ),
             renewals: counters(
                 r,
                 "leaderd_renewals_total",
                 RENEWALS_HELP,
                 "result",
-                &RENEWAL_RESULTS,
+                &RenewResult::ALL.map(RenewResult::as_str),
             ),
             renew_duration: renew_histogram(r),
             step_downs: counters(
@@ -98,7 +92,7 @@ impl Metrics {
                 "leaderd_step_downs_total",
                 STEP_DOWNS_HELP,
                 "reason",
-                &STEP_DOWN_REASONS,
+                &StepDown::ALL.map(StepDown::as_str),
             ),
             redis_errors: counters(
                 r,
@@ -120,26 +114,22 @@ impl Metrics {
         self.transitions.inc();
     }
 
-    /// Counts an acquire attempt: `acquired`, `held` or `error`.
-    pub fn acquire_attempt(&self, result: &str) {
-        debug_assert!(ACQUIRE_RESULTS.contains(&result), "unknown result {result}");
-        self.acquire_attempts.with_label_values(&[result]).inc();
+    /// Counts an acquire attempt.
+    pub fn acquire_attempt(&self, result: AcquireResult) {
+        self.acquire_attempts
+            .with_label_values(&[result.as_str()])
+            .inc();
     }
 
-    /// Counts a renew attempt (`ok`, `lost` or `error`) and observes its round trip.
-    pub fn renewal(&self, result: &str, took: Duration) {
-        debug_assert!(RENEWAL_RESULTS.contains(&result), "unknown result {result}");
-        self.renewals.with_label_values(&[result]).inc();
+    /// Counts a renew attempt and observes its round trip.
+    pub fn renewal(&self, result: RenewResult, took: Duration) {
+        self.renewals.with_label_values(&[result.as_str()]).inc();
         self.renew_duration.observe(took.as_secs_f64());
     }
 
-    /// Counts a step-down: `lost`, `deadline`, `shutdown`, `yield` or `child_exit`.
-    pub fn step_down(&self, reason: &str) {
-        debug_assert!(
-            STEP_DOWN_REASONS.contains(&reason),
-            "unknown reason {reason}"
-        );
-        self.step_downs.with_label_values(&[reason]).inc();
+    /// Counts a step-down.
+    pub fn step_down(&self, reason: StepDown) {
+        self.step_downs.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// Counts a failed Redis call by its kind.

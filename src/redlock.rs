@@ -33,18 +33,18 @@
 //! quarantines it, which keeps fences increasing as long as the nodes' clocks roughly agree.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), leaderd::lease::LeaseError> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use leaderd::lease::{Acquire, LeaseSpec};
-//! use leaderd::redlock::RedlockClient;
+//! use leaderd::{Acquire, Lease, LeaseSpec, RedlockClient};
 //!
 //! let spec = LeaseSpec::new("orders-scheduler", "pod-a", Duration::from_secs(15));
 //! let urls = ["redis://a:6379", "redis://b:6379", "redis://c:6379"];
 //! let lease = RedlockClient::connect(&urls, spec)?;
-//! if let Acquire::Acquired(mut term) = lease.try_acquire().await? {
+//! let budget = lease.default_budget();
+//! if let Acquire::Acquired(mut term) = lease.try_acquire(budget).await? {
 //!     // Work guarded by term.fence, only while term.is_valid().
-//!     lease.renew(&mut term, None).await?;
-//!     lease.release(&term).await?;
+//!     lease.renew(&mut term, budget).await?;
+//!     lease.release(&term, budget).await?;
 //! }
 //! # Ok(()) }
 //! ```
@@ -63,9 +63,9 @@ use std::time::Duration;
 
 use redis::{Client, Script};
 
-use crate::conn::{FailureKind, RedisFailure};
+use crate::connector::ConnectError;
 use crate::lease::{
-    Acquire, Holder, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, ReleaseWatch, Term,
+    Acquire, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed, ReleaseWatch, Term,
 };
 
 /// A lease held on a majority of independent Redis masters (see the module docs).
@@ -91,18 +91,16 @@ impl RedlockClient {
     /// number, at least 3). Nothing is sent until the first operation.
     ///
     /// # Errors
-    /// [`LeaseError::Unavailable`] when a URL cannot be parsed or the number of nodes is not
-    /// odd and at least 3.
-    pub fn connect<S: AsRef<str>>(urls: &[S], spec: LeaseSpec) -> Result<Self, LeaseError> {
+    /// [`ConnectError::BadUrl`] when a URL cannot be parsed, [`ConnectError::Nodes`] when the
+    /// number of nodes is not odd and at least 3.
+    pub fn connect<S: AsRef<str>>(urls: &[S], spec: LeaseSpec) -> Result<Self, ConnectError> {
         let clients = urls
             .iter()
             .enumerate()
             .map(|(i, url)| {
-                Client::open(url.as_ref()).map_err(|_| {
-                    config_error(format!(
-                        "Redis URL #{} is invalid (expected redis://, rediss:// or unix://)",
-                        i + 1
-                    ))
+                Client::open(url.as_ref()).map_err(|cause| ConnectError::BadUrl {
+                    key: format!("redis.urls[{i}]"),
+                    cause,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -112,13 +110,15 @@ impl RedlockClient {
     /// A client over already configured `redis::Client`s (credentials, TLS), one per node.
     ///
     /// # Errors
-    /// [`LeaseError::Unavailable`] when the number of nodes is not odd and at least 3.
-    pub fn with_clients(clients: Vec<Client>, spec: LeaseSpec) -> Result<Self, LeaseError> {
+    /// [`ConnectError::Nodes`] when the number of nodes is not odd and at least 3.
+    pub fn with_clients(clients: Vec<Client>, spec: LeaseSpec) -> Result<Self, ConnectError> {
         let n = clients.len();
         if n < 3 || n % 2 == 0 {
-            return Err(config_error(format!(
-                "redlock needs an odd number >= 3 of Redis nodes (got {n})"
-            )));
+            return Err(ConnectError::Nodes {
+                key: "redis.urls",
+                needs: "mode redlock needs an odd number >= 3 of urls",
+                got: n,
+            });
         }
         let node_timeout = default_node_timeout(&spec);
         let nodes = clients
@@ -153,11 +153,6 @@ impl RedlockClient {
         self
     }
 
-    /// The spec this client was made with.
-    pub fn spec(&self) -> &LeaseSpec {
-        &self.spec
-    }
-
     /// The keys of the lease (the same on every node).
     pub fn keys(&self) -> &LeaseKeys {
         &self.keys
@@ -183,8 +178,8 @@ impl RedlockClient {
         self.node_timeout
     }
 
-    fn per_node(&self, timeout: Option<Duration>) -> Duration {
-        timeout.map_or(self.node_timeout, |t| t.min(self.node_timeout))
+    fn per_node(&self, budget: Duration) -> Duration {
+        budget.min(self.node_timeout)
     }
 
     fn validity(&self) -> Duration {
@@ -192,37 +187,32 @@ impl RedlockClient {
     }
 }
 
-impl crate::election::LeaseBackend for RedlockClient {
-    async fn try_acquire(&self, timeout: Duration) -> Result<Acquire, LeaseError> {
-        self.try_acquire_within(Some(timeout)).await
+impl Lease for RedlockClient {
+    fn spec(&self) -> &LeaseSpec {
+        &self.spec
     }
-    async fn renew(&self, term: &mut Term, timeout: Duration) -> Result<(), LeaseError> {
-        RedlockClient::renew(self, term, Some(timeout)).await
+    fn default_budget(&self) -> Duration {
+        self.node_timeout
     }
-    async fn release(&self, term: &Term, timeout: Duration) -> Result<bool, LeaseError> {
-        self.release_within(term, Some(timeout)).await
+    async fn try_acquire(&self, budget: Duration) -> Result<Acquire, LeaseError> {
+        self.acquire_round(budget).await
     }
-    async fn observe(&self, timeout: Duration) -> Result<Option<Holder>, LeaseError> {
-        self.observe_within(Some(timeout)).await
+    async fn renew(&self, term: &mut Term, budget: Duration) -> Result<(), LeaseError> {
+        self.renew_round(term, budget).await
+    }
+    async fn release(&self, term: &Term, budget: Duration) -> Result<bool, LeaseError> {
+        self.release_token(&term.token, self.per_node(budget)).await
+    }
+    async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
+        self.observe_round(budget).await
     }
     fn watch_releases(&self) -> ReleaseWatch {
-        RedlockClient::watch_releases(self)
-    }
-    fn attempt_timeout(&self) -> Duration {
-        self.node_timeout
+        self.watch_all_releases()
     }
 }
 
 /// `min(command_timeout, lease_duration / 10)`: a node that answers slower than that is
 /// left out of the round, so a slow node costs a round at most a tenth of the lease.
-pub fn default_node_timeout(spec: &LeaseSpec) -> Duration {
+pub(crate) fn default_node_timeout(spec: &LeaseSpec) -> Duration {
     spec.command_timeout.min(spec.lease_duration / 10)
-}
-
-fn config_error(cause: String) -> LeaseError {
-    LeaseError::Unavailable(RedisFailure {
-        kind: FailureKind::Other,
-        cause,
-        code: None,
-    })
 }

@@ -4,26 +4,16 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use redis::Client;
 use tokio::sync::watch;
 
 use crate::connector::Connector;
 
 /// Keeps a subscription to `channel` until `tx` has no receivers, resubscribing after any
-/// loss of the connection. Each release, and each fresh subscription (a release may have
-/// been missed while it was down), bumps the counter in `tx`.
-pub async fn listen(
-    client: Client,
-    channel: String,
-    connect_timeout: Duration,
-    tx: watch::Sender<u64>,
-) {
-    listen_with(Connector::Direct(client), channel, connect_timeout, tx).await
-}
-
-/// [`listen`] on connections from `connector`: the server, the current Sentinel master (looked
-/// up again at every resubscription, so a failover is followed), or a cluster node.
-pub async fn listen_with(
+/// loss of the connection, on connections from `connector`: the server, the current Sentinel
+/// master (looked up again at every resubscription, so a failover is followed), or a cluster
+/// node. Each release, and each fresh subscription (a release may have been missed while it
+/// was down), bumps the counter in `tx`.
+pub(crate) async fn listen_with(
     connector: Connector,
     channel: String,
     connect_timeout: Duration,

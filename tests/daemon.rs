@@ -165,7 +165,6 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
             .then_some(docs)
     })
     .expect("every replica follows within 5s of starting");
-    let seen_at = Instant::now();
     // The placeholder (empty holder) and when the server set it, unless already gone.
     let placeholder = c
         .redis
@@ -175,7 +174,6 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
         _ => None,
     };
     let (code, st) = status_json(&c, 0);
-    let status_took = seen_at.elapsed();
     for doc in &quarantined {
         assert_doc_shape(doc);
         assert_eq!(doc["is_leader"], false, "{doc}");
@@ -186,18 +184,18 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
         );
         assert_eq!(doc["fence"], Value::Null, "quarantine has no fence: {doc}");
     }
-    if status_took < LEASE - Duration::from_millis(500) {
+    // Whichever the status saw, it must say it consistently; the quarantine itself is
+    // shown deterministically by `status_shows_a_quarantine_and_a_reservation`.
+    if st["state"] == "quarantined" {
         assert_eq!(code, Some(3), "status exits 3 while quarantined: {st}");
-        assert_eq!(st["state"], "quarantined", "{st}");
         assert_eq!(st["holder"], Value::Null, "{st}");
-        assert_eq!(st["name"], name.as_str());
         let remaining = st["remaining_ms"].as_u64().expect("remaining_ms");
         assert!(remaining <= 2000, "{st}");
-        let (_, body) = c.daemons[1].get("/");
-        assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["name"], "");
     } else {
-        println!("note: too slow to see the quarantine with status ({status_took:?})");
+        assert_eq!(st["state"], "held", "{st}");
+        assert_eq!(code, Some(0), "{st}");
     }
+    assert_eq!(st["name"], name.as_str());
     let text_status = c.daemons[2].cli(&["status"]);
     assert!(matches!(text_status.code, Some(0 | 3)), "{text_status:?}");
     assert!(text_status.stdout.contains(&name), "{text_status:?}");
@@ -213,14 +211,13 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
     let acquired_at = doc["acquired_at_ms"].as_u64().expect("acquired_at_ms");
     assert!(doc["lease_valid_until_ms"].as_u64().unwrap() > acquired_at);
     assert!(doc["acquired_at"].as_str().unwrap().ends_with('Z'));
-    if let Some(set_ms) = quarantine_set_ms {
-        assert!(
-            acquired_at >= set_ms + LEASE.as_millis() as u64,
-            "the first term ({acquired_at}) began before the quarantine ({set_ms} + 2s) ended"
-        );
-    } else {
-        println!("note: too slow to read the quarantine placeholder");
-    }
+    // The first term's fence is the seeded counter (the server clock in microseconds when
+    // the quarantine began) plus one: it began only once the quarantine had ended.
+    let set_ms = quarantine_set_ms.unwrap_or((fence - 1) / 1000);
+    assert!(
+        acquired_at + 50 >= set_ms + LEASE.as_millis() as u64,
+        "the first term ({acquired_at}) began before the quarantine ({set_ms} + 2s) ended"
+    );
     for i in c.others(l) {
         let d = c.daemons[i].status_doc().unwrap();
         assert_eq!(d["state"], "follower", "{d}");

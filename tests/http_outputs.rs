@@ -437,7 +437,9 @@ async fn metrics_carry_every_series_and_follow_the_validity() {
     let validity = Duration::from_millis(300);
     let expires = Instant::now() + validity;
     let server = default_server(leader(validity)).await;
-    server.metrics.renewal("ok", Duration::from_millis(3));
+    server
+        .metrics
+        .renewal(leaderd::election::RenewResult::Ok, Duration::from_millis(3));
     let reply = get(server.addr, "/metrics").await;
     assert_eq!(reply.status, 200);
     assert_eq!(

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use leaderd::conn::FailureKind;
-use leaderd::lease::{Acquire, Holder, LeaseClient, LeaseError, LeaseSpec, Term};
+use leaderd::FailureKind;
+use leaderd::{Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
 use support::{free_port, wait_until, Proxy, RedisServer};
 use tokio::time::{timeout, Instant};
 
@@ -38,15 +38,15 @@ async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
 }
 
 async fn must_acquire(c: &LeaseClient) -> Term {
-    match bounded("try_acquire", c.try_acquire()).await {
+    match bounded("try_acquire", c.try_acquire(c.default_budget())).await {
         Ok(Acquire::Acquired(term)) => term,
         other => panic!("expected the lease for {}, got {other:?}", c.spec().holder),
     }
 }
 
-async fn must_be_held(c: &LeaseClient) -> Holder {
-    match bounded("try_acquire", c.try_acquire()).await {
-        Ok(Acquire::Held(h)) => h,
+async fn must_be_held(c: &LeaseClient) -> Observed {
+    match bounded("try_acquire", c.try_acquire(c.default_budget())).await {
+        Ok(Acquire::Denied(h)) => h,
         other => panic!("expected the lease to be held, got {other:?}"),
     }
 }
@@ -103,7 +103,7 @@ async fn contenders_are_mutually_exclusive_and_fences_increase() {
                                 .push(format!("contender {i}: term {} ran out", term.fence));
                         }
                         inside.store(false, Ordering::SeqCst);
-                        match c.release(&term).await {
+                        match c.release(&term, c.default_budget()).await {
                             Ok(true) => {}
                             other => problems.lock().unwrap().push(format!(
                                 "contender {i}: release of {} gave {other:?}",
@@ -174,8 +174,8 @@ async fn only_the_holder_can_renew_or_release() {
     let mut stale = must_acquire(&a).await;
     // While a holds it, b is told who holds it.
     let h = must_be_held(&b).await;
-    assert_eq!(h.holder.as_deref(), Some("a"));
-    assert_eq!(h.fence, stale.fence);
+    assert_eq!(support::held_by(&h), Some("a"));
+    assert_eq!(support::fence_of(&h), stale.fence);
 
     // Let a's lease expire (bounded), then b takes it.
     let gone = wait_until(Duration::from_secs(3), Duration::from_millis(20), || {
@@ -187,19 +187,25 @@ async fn only_the_holder_can_renew_or_release() {
 
     // The stale term: renew is Lost (and leaves the term unchanged), release is Ok(false).
     let before = stale.clone();
-    let r = bounded("renew", a.renew(&mut stale, None)).await;
+    let r = bounded("renew", a.renew(&mut stale, a.default_budget())).await;
     assert_eq!(r, Err(LeaseError::Lost));
     assert_eq!(stale, before, "a failed renew must not touch the term");
-    assert_eq!(bounded("release", a.release(&stale)).await, Ok(false));
+    assert_eq!(
+        bounded("release", a.release(&stale, a.default_budget())).await,
+        Ok(false)
+    );
 
     // A term forged with b's fence but another token fails as well.
     let mut forged = term_b.clone();
-    forged.token = leaderd::lease::new_token();
+    forged.token = support::new_token();
     assert_eq!(
-        bounded("renew", a.renew(&mut forged, None)).await,
+        bounded("renew", a.renew(&mut forged, a.default_budget())).await,
         Err(LeaseError::Lost)
     );
-    assert_eq!(bounded("release", a.release(&forged)).await, Ok(false));
+    assert_eq!(
+        bounded("release", a.release(&forged, a.default_budget())).await,
+        Ok(false)
+    );
 
     // b's lease is untouched: holder, token, fence, and its TTL was not cut to a's 400ms.
     assert_eq!(redis.cmd(&["HGET", &keys.lock, "holder"]), "b");
@@ -210,24 +216,32 @@ async fn only_the_holder_can_renew_or_release() {
     );
     let pttl: i64 = redis.cmd(&["PTTL", &keys.lock]).parse().unwrap();
     assert!(pttl > 3000, "b's TTL was changed: {pttl}ms");
-    let seen = bounded("observe", a.observe()).await.unwrap().unwrap();
-    assert_eq!(seen.holder.as_deref(), Some("b"));
-    assert_eq!(seen.fence, term_b.fence);
+    let seen = bounded("observe", a.observe(a.default_budget()))
+        .await
+        .unwrap();
+    assert_eq!(support::held_by(&seen), Some("b"));
+    assert_eq!(support::fence_of(&seen), term_b.fence);
 
     // The real holder can.
     let mut term_b = term_b;
     let old_valid = term_b.valid_until;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    bounded("renew", b.renew(&mut term_b, None))
+    bounded("renew", b.renew(&mut term_b, b.default_budget()))
         .await
         .expect("holder renews");
     assert!(term_b.valid_until > old_valid);
-    assert_eq!(bounded("release", b.release(&term_b)).await, Ok(true));
+    assert_eq!(
+        bounded("release", b.release(&term_b, b.default_budget())).await,
+        Ok(true)
+    );
     assert_eq!(redis.cmd(&["EXISTS", &keys.lock]), "0");
     // Releasing twice is harmless.
-    assert_eq!(bounded("release", b.release(&term_b)).await, Ok(false));
     assert_eq!(
-        bounded("renew", b.renew(&mut term_b, None)).await,
+        bounded("release", b.release(&term_b, b.default_budget())).await,
+        Ok(false)
+    );
+    assert_eq!(
+        bounded("renew", b.renew(&mut term_b, b.default_budget())).await,
         Err(LeaseError::Lost)
     );
 }
@@ -246,8 +260,10 @@ async fn unrenewed_lease_expires_and_passes_to_the_next() {
     assert!(term_a.is_valid());
     assert!(term_a.valid_until <= term_a.last_sent + lease - a.spec().drift());
     let seen_at = Instant::now();
-    let seen = bounded("observe", b.observe()).await.unwrap().unwrap();
-    let pttl = seen.remaining.expect("the lease has a TTL");
+    let seen = bounded("observe", b.observe(b.default_budget()))
+        .await
+        .unwrap();
+    let pttl = seen.remaining().expect("the lease has a TTL");
     assert!(pttl <= lease);
 
     let term_b = bounded(
@@ -333,7 +349,7 @@ async fn data_loss_keeps_fences_increasing_and_quarantines() {
         // first call may fail on the dead link; it must never succeed.
         let mut outcomes = Vec::new();
         for _ in 0..3 {
-            let r = bounded("renew", a.renew(&mut term_a, None)).await;
+            let r = bounded("renew", a.renew(&mut term_a, a.default_budget())).await;
             let done = r == Err(LeaseError::Lost);
             assert!(
                 matches!(r, Err(LeaseError::Lost | LeaseError::Unavailable(_))),
@@ -349,7 +365,10 @@ async fn data_loss_keeps_fences_increasing_and_quarantines() {
             Some(&Err(LeaseError::Lost)),
             "{outcomes:?}"
         );
-        assert_eq!(bounded("release", b.release(&term_b)).await, Ok(true));
+        assert_eq!(
+            bounded("release", b.release(&term_b, b.default_budget())).await,
+            Ok(true)
+        );
         last_fence = term_b.fence;
         // Next round: a takes it again (no quarantine: the counter exists) and then loses the data.
         term_a = must_acquire(&a).await;
@@ -370,18 +389,24 @@ async fn script_flush_is_survived() {
     let mut term = must_acquire(&a).await;
     assert_eq!(redis.cmd(&["SCRIPT", "FLUSH"]), "OK");
     let h = must_be_held(&b).await;
-    assert_eq!(h.holder.as_deref(), Some("a"));
+    assert_eq!(support::held_by(&h), Some("a"));
     assert_eq!(redis.cmd(&["SCRIPT", "FLUSH"]), "OK");
-    bounded("renew", a.renew(&mut term, None))
+    bounded("renew", a.renew(&mut term, a.default_budget()))
         .await
         .expect("renew after SCRIPT FLUSH");
     assert_eq!(redis.cmd(&["SCRIPT", "FLUSH"]), "OK");
-    assert_eq!(bounded("release", a.release(&term)).await, Ok(true));
-    assert_eq!(redis.cmd(&["SCRIPT", "FLUSH"]), "OK");
-    assert_eq!(bounded("release", a.release(&term)).await, Ok(false));
+    assert_eq!(
+        bounded("release", a.release(&term, a.default_budget())).await,
+        Ok(true)
+    );
     assert_eq!(redis.cmd(&["SCRIPT", "FLUSH"]), "OK");
     assert_eq!(
-        bounded("renew", a.renew(&mut term, None)).await,
+        bounded("release", a.release(&term, a.default_budget())).await,
+        Ok(false)
+    );
+    assert_eq!(redis.cmd(&["SCRIPT", "FLUSH"]), "OK");
+    assert_eq!(
+        bounded("renew", a.renew(&mut term, a.default_budget())).await,
         Err(LeaseError::Lost)
     );
 
@@ -421,7 +446,10 @@ async fn waiter_wakes_on_release() {
     assert!(!waiter.is_finished());
 
     let released_at = Instant::now();
-    assert_eq!(bounded("release", a.release(&term_a)).await, Ok(true));
+    assert_eq!(
+        bounded("release", a.release(&term_a, a.default_budget())).await,
+        Ok(true)
+    );
     let (r, got) = bounded("waiter", waiter).await.unwrap();
     let term_b = r.expect("waiter acquires after the release");
     assert!(term_b.fence > term_a.fence);
@@ -469,15 +497,15 @@ async fn redis_down_is_a_connection_error() {
     let c = client(&url, "down", "a", Duration::from_secs(1));
     let t0 = Instant::now();
     assert_eq!(
-        unavailable_kind(bounded("try_acquire", c.try_acquire()).await),
+        unavailable_kind(bounded("try_acquire", c.try_acquire(c.default_budget())).await),
         FailureKind::Connection
     );
     assert_eq!(
-        unavailable_kind(bounded("observe", c.observe()).await),
+        unavailable_kind(bounded("observe", c.observe(c.default_budget())).await),
         FailureKind::Connection
     );
     let mut term = Term {
-        token: leaderd::lease::new_token(),
+        token: support::new_token(),
         fence: 1,
         acquired_at: SystemTime::now(),
         last_sent: Instant::now(),
@@ -485,11 +513,11 @@ async fn redis_down_is_a_connection_error() {
         valid_until_wall: SystemTime::now() + Duration::from_secs(1),
     };
     assert_eq!(
-        unavailable_kind(bounded("renew", c.renew(&mut term, None)).await),
+        unavailable_kind(bounded("renew", c.renew(&mut term, c.default_budget())).await),
         FailureKind::Connection
     );
     assert_eq!(
-        unavailable_kind(bounded("release", c.release(&term)).await),
+        unavailable_kind(bounded("release", c.release(&term, c.default_budget())).await),
         FailureKind::Connection
     );
     assert!(
@@ -497,7 +525,7 @@ async fn redis_down_is_a_connection_error() {
         "refused connections must fail fast"
     );
 
-    let e = LeaseError::Unavailable(match c.try_acquire().await {
+    let e = LeaseError::Unavailable(match c.try_acquire(c.default_budget()).await {
         Err(LeaseError::Unavailable(f)) => f,
         other => panic!("{other:?}"),
     });
@@ -511,13 +539,13 @@ async fn redis_down_is_a_connection_error() {
     )
     .await;
     assert!(
-        matches!(r, Err(LeaseError::Timeout { last_holder: None })),
+        matches!(r, Err(LeaseError::Timeout { last_seen: None })),
         "{r:?}"
     );
     assert!(Instant::now() - t1 < Duration::from_secs(2));
 
     let bad = LeaseClient::connect("http://nowhere", spec("down", "a", Duration::from_secs(1)));
-    assert!(matches!(bad, Err(LeaseError::Unavailable(_))));
+    assert!(matches!(bad, Err(leaderd::ConnectError::BadUrl { .. })));
 }
 
 /// A Redis slower than the command timeout: `Unavailable` of kind `Timeout`, returned within
@@ -533,11 +561,14 @@ async fn slow_redis_times_out_within_the_command_timeout() {
     let c = LeaseClient::connect(&proxy.url(), s).unwrap();
 
     // A warm connection first, so the command itself is what is slow.
-    assert_eq!(bounded("observe", c.observe()).await, Ok(None));
+    assert_eq!(
+        bounded("observe", c.observe(c.default_budget())).await,
+        Ok(Observed::Vacant)
+    );
     proxy.set_latency(Duration::from_millis(1500));
     for what in ["try_acquire (warm)", "try_acquire (reconnecting)"] {
         let t0 = Instant::now();
-        let r = bounded(what, c.try_acquire()).await;
+        let r = bounded(what, c.try_acquire(c.default_budget())).await;
         let took = Instant::now() - t0;
         assert_eq!(unavailable_kind(r), FailureKind::Timeout, "{what}");
         assert!(
@@ -546,14 +577,14 @@ async fn slow_redis_times_out_within_the_command_timeout() {
         );
     }
     let t0 = Instant::now();
-    let r = bounded("observe", c.observe()).await;
+    let r = bounded("observe", c.observe(c.default_budget())).await;
     assert_eq!(unavailable_kind(r), FailureKind::Timeout);
     assert!(Instant::now() - t0 < Duration::from_millis(1000));
     // An explicit, shorter timeout is honoured.
     let t0 = Instant::now();
     let r = bounded(
         "try_acquire_within",
-        c.try_acquire_within(Some(Duration::from_millis(100))),
+        c.try_acquire(Duration::from_millis(100)),
     )
     .await;
     assert_eq!(unavailable_kind(r), FailureKind::Timeout);
@@ -562,8 +593,10 @@ async fn slow_redis_times_out_within_the_command_timeout() {
     proxy.set_latency(Duration::ZERO);
     // Commands delayed by the proxy may still land: wait for them, then it works again.
     tokio::time::sleep(Duration::from_millis(1700)).await;
-    let recovered =
-        wait_until_async(Duration::from_secs(5), || async { c.observe().await.ok() }).await;
+    let recovered = wait_until_async(Duration::from_secs(5), || async {
+        c.observe(c.default_budget()).await.ok()
+    })
+    .await;
     assert!(
         recovered.is_some(),
         "never recovered after the latency went"
@@ -580,7 +613,10 @@ async fn paused_redis_times_out() {
     s.connect_timeout = Duration::from_millis(500);
     let warm = LeaseClient::connect(&redis.url(), s.clone()).unwrap();
     let cold = LeaseClient::connect(&redis.url(), s).unwrap();
-    assert_eq!(bounded("observe", warm.observe()).await, Ok(None));
+    assert_eq!(
+        bounded("observe", warm.observe(warm.default_budget())).await,
+        Ok(Observed::Vacant)
+    );
 
     struct Resume<'a>(&'a RedisServer);
     impl Drop for Resume<'_> {
@@ -592,14 +628,14 @@ async fn paused_redis_times_out() {
     let resume = Resume(&redis);
     for (what, c) in [("warm", &warm), ("cold", &cold)] {
         let t0 = Instant::now();
-        let r = bounded("try_acquire", c.try_acquire()).await;
+        let r = bounded("try_acquire", c.try_acquire(c.default_budget())).await;
         let took = Instant::now() - t0;
         assert_eq!(unavailable_kind(r), FailureKind::Timeout, "{what}");
         assert!(took < Duration::from_millis(1200), "{what} took {took:?}");
     }
     drop(resume);
     let recovered = wait_until_async(Duration::from_secs(5), || async {
-        match warm.try_acquire().await {
+        match warm.try_acquire(warm.default_budget()).await {
             Ok(Acquire::Acquired(t)) => Some(t),
             _ => None,
         }
@@ -622,18 +658,21 @@ async fn wrong_key_type_is_reported_with_the_key() {
     assert_eq!(redis.cmd(&["SET", &lock, "somebody else's"]), "OK");
 
     assert_eq!(
-        bounded("try_acquire", c.try_acquire()).await,
+        bounded("try_acquire", c.try_acquire(c.default_budget())).await,
         Err(wrong.clone())
     );
     assert_eq!(
-        bounded("renew", c.renew(&mut term, None)).await,
+        bounded("renew", c.renew(&mut term, c.default_budget())).await,
         Err(wrong.clone())
     );
     assert_eq!(
-        bounded("release", c.release(&term)).await,
+        bounded("release", c.release(&term, c.default_budget())).await,
         Err(wrong.clone())
     );
-    assert_eq!(bounded("observe", c.observe()).await, Err(wrong.clone()));
+    assert_eq!(
+        bounded("observe", c.observe(c.default_budget())).await,
+        Err(wrong.clone())
+    );
     let t0 = Instant::now();
     let r = bounded(
         "acquire",
@@ -660,49 +699,68 @@ async fn observe_reports_vacant_quarantined_and_held() {
     let c = client(&redis.url(), "observe", "a", lease);
     let keys = c.keys().clone();
 
-    assert_eq!(bounded("observe", c.observe()).await, Ok(None));
+    assert_eq!(
+        bounded("observe", c.observe(c.default_budget())).await,
+        Ok(Observed::Vacant)
+    );
 
     // The first attempt on a fresh Redis seeds the counter and quarantines the lease.
     let q = must_be_held(&c).await;
-    assert!(q.is_quarantined());
-    assert_eq!(q.holder, None);
-    assert!(q.remaining.is_some_and(|r| r <= lease));
-    let seen = bounded("observe", c.observe())
+    assert!(matches!(q, Observed::Quarantined { .. }), "{q:?}");
+    assert_eq!(support::held_by(&q), None);
+    assert!(q.remaining().is_some_and(|r| r <= lease));
+    let seen = bounded("observe", c.observe(c.default_budget()))
         .await
-        .unwrap()
-        .expect("quarantined is not vacant");
-    assert!(seen.is_quarantined(), "{seen:?}");
-    assert_eq!(seen.fence, q.fence);
-    assert!(seen.remaining.is_some_and(|r| r <= lease && !r.is_zero()));
+        .unwrap();
+    assert_ne!(seen, Observed::Vacant, "quarantined is not vacant");
+    assert!(
+        matches!(seen, leaderd::Observed::Quarantined { .. }),
+        "{seen:?}"
+    );
+    assert_eq!(support::fence_of(&seen), support::fence_of(&q));
+    assert!(seen.remaining().is_some_and(|r| r <= lease && !r.is_zero()));
     assert_eq!(redis.cmd(&["HGET", &keys.lock, "holder"]), "");
     assert_eq!(redis.cmd(&["HGET", &keys.lock, "token"]), "");
-    assert_eq!(redis.cmd(&["GET", &keys.fence]), q.fence.to_string());
+    assert_eq!(
+        redis.cmd(&["GET", &keys.fence]),
+        support::fence_of(&q).to_string()
+    );
     // Seeded from the server clock (microseconds), so it stays above any earlier fences.
     let now_us = SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros() as u64;
-    assert!(q.fence > now_us - 60_000_000 && q.fence < now_us + 60_000_000);
+    assert!(
+        support::fence_of(&q) > now_us - 60_000_000 && support::fence_of(&q) < now_us + 60_000_000
+    );
 
     // End the quarantine by hand (the counter stays), then a term is granted.
     assert_eq!(redis.cmd(&["DEL", &keys.lock]), "1");
     let term = must_acquire(&c).await;
-    assert_eq!(term.fence, q.fence + 1);
-    let seen = bounded("observe", c.observe()).await.unwrap().unwrap();
-    assert_eq!(seen.holder.as_deref(), Some("a"));
-    assert_eq!(seen.fence, term.fence);
-    assert!(seen.remaining.is_some_and(|r| r <= lease && !r.is_zero()));
-    assert!(!seen.is_quarantined());
+    assert_eq!(term.fence, support::fence_of(&q) + 1);
+    let seen = bounded("observe", c.observe(c.default_budget()))
+        .await
+        .unwrap();
+    assert_eq!(support::held_by(&seen), Some("a"));
+    assert_eq!(support::fence_of(&seen), term.fence);
+    assert!(seen.remaining().is_some_and(|r| r <= lease && !r.is_zero()));
+    assert!(!matches!(seen, leaderd::Observed::Quarantined { .. }));
     // The lease hash carries the contract's fields.
     assert_eq!(redis.cmd(&["HGET", &keys.lock, "token"]), term.token);
     let acquired_at_ms: u64 = redis
         .cmd(&["HGET", &keys.lock, "acquired_at_ms"])
         .parse()
         .expect("acquired_at_ms is a number");
-    assert!(acquired_at_ms <= leaderd::lease::unix_ms(SystemTime::now()));
+    assert!(acquired_at_ms <= support::unix_ms(SystemTime::now()));
 
-    assert_eq!(bounded("release", c.release(&term)).await, Ok(true));
-    assert_eq!(bounded("observe", c.observe()).await, Ok(None));
+    assert_eq!(
+        bounded("release", c.release(&term, c.default_budget())).await,
+        Ok(true)
+    );
+    assert_eq!(
+        bounded("observe", c.observe(c.default_budget())).await,
+        Ok(Observed::Vacant)
+    );
 }
 
 /// Poll an async probe every 50ms until it gives `Some`, for at most `limit`.

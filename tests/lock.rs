@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::lease::{LeaseClient, LeaseError, LeaseSpec};
-use leaderd::lock::{LeaseGuard, Locker, LossReason, WatchdogConfig};
+use leaderd::{LeaseClient, LeaseError, LeaseSpec};
+use leaderd::{LeaseGuard, Locker, LossReason, WatchdogConfig};
 use support::{wait_until, Proxy, RedisServer};
 use tokio::time::{timeout, Instant};
 
@@ -21,7 +21,7 @@ fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
     s
 }
 
-fn locker(url: &str, name: &str, holder: &str, lease: Duration) -> Locker {
+fn locker(url: &str, name: &str, holder: &str, lease: Duration) -> Locker<LeaseClient> {
     Locker::new(LeaseClient::connect(url, spec(name, holder, lease)).expect("valid url"))
 }
 
@@ -46,14 +46,14 @@ async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
         .unwrap_or_else(|_| panic!("{what} did not finish within {BOUND:?}"))
 }
 
-async fn lock_now(l: &Locker) -> LeaseGuard {
+async fn lock_now(l: &Locker<LeaseClient>) -> LeaseGuard<LeaseClient> {
     bounded("lock", l.lock(Instant::now() + Duration::from_secs(5)))
         .await
         .expect("lock")
 }
 
 /// Not lost yet (without waiting).
-fn not_lost(g: &LeaseGuard) -> bool {
+fn not_lost(g: &LeaseGuard<LeaseClient>) -> bool {
     g.loss_watch().borrow().is_none()
 }
 
@@ -79,9 +79,9 @@ async fn reentrant_lock_counts_holds_and_excludes_others() {
 
     match bounded("try_lock", b.try_lock()).await {
         Err(LeaseError::Held(h)) => {
-            assert_eq!(h.holder.as_deref(), Some("a"));
-            assert_eq!(h.fence, g1.fence());
-            let left = h.remaining.expect("a TTL");
+            assert_eq!(support::held_by(&h), Some("a"));
+            assert_eq!(support::fence_of(&h), g1.fence());
+            let left = h.remaining().expect("a TTL");
             assert!(left > Duration::ZERO && left <= Duration::from_secs(5));
         }
         Err(e) => panic!("expected Held, got {e:?}"),

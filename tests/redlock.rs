@@ -8,8 +8,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leaderd::lease::{Acquire, LeaseError, LeaseSpec, Term};
-use leaderd::redlock::RedlockClient;
+use leaderd::RedlockClient;
+use leaderd::{Acquire, Lease, LeaseError, LeaseSpec, Term};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::{check_logs, wait_until, Daemon, DaemonOpts, Proxy, RedisServer};
@@ -84,13 +84,13 @@ async fn acquire_writes_the_highest_fence_to_the_majority_with_one_token() {
     let b = client(&urls(&nodes), name, "b");
 
     let before = Instant::now();
-    let mut term = acquired(a.try_acquire().await);
+    let mut term = acquired(a.try_acquire(a.default_budget()).await);
     let after = Instant::now();
     assert_eq!(
         term.fence, 101,
         "the highest fence of the majority, plus one"
     );
-    let validity = LEASE - leaderd::lease::drift(LEASE);
+    let validity = LEASE - (LEASE / 100 + Duration::from_millis(2));
     assert!(term.valid_until >= before + validity && term.valid_until <= after + validity);
     assert!(term.last_sent >= before && term.last_sent <= after);
     for node in &nodes {
@@ -104,36 +104,48 @@ async fn acquire_writes_the_highest_fence_to_the_majority_with_one_token() {
         assert_eq!(hget(node, name, "holder"), "a");
     }
 
-    match b.try_acquire().await {
-        Ok(Acquire::Held(h)) => {
-            assert_eq!(h.holder.as_deref(), Some("a"));
-            assert_eq!(h.fence, 101);
+    match b.try_acquire(b.default_budget()).await {
+        Ok(Acquire::Denied(h)) => {
+            assert_eq!(support::held_by(&h), Some("a"));
+            assert_eq!(support::fence_of(&h), 101);
             assert!(
-                h.remaining.is_some_and(|r| r <= LEASE && r > LEASE / 2),
+                h.remaining().is_some_and(|r| r <= LEASE && r > LEASE / 2),
                 "{h:?}"
             );
         }
         other => panic!("b must see a's lease, got {other:?}"),
     }
-    let seen = b.observe().await.unwrap().expect("held");
-    assert_eq!((seen.holder.as_deref(), seen.fence), (Some("a"), 101));
+    let seen = b.observe(b.default_budget()).await.unwrap();
+    assert_eq!(
+        (support::held_by(&seen), support::fence_of(&seen)),
+        (Some("a"), 101)
+    );
 
     let old = term.valid_until;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    a.renew(&mut term, None).await.unwrap();
+    a.renew(&mut term, a.default_budget()).await.unwrap();
     assert!(term.valid_until > old);
 
-    assert!(a.release(&term).await.unwrap());
+    assert!(a.release(&term, a.default_budget()).await.unwrap());
     for node in &nodes {
         assert_eq!(node.cmd(&["EXISTS", &lock_key(name)]), "0");
     }
-    assert_eq!(b.observe().await.unwrap(), None);
-    assert_eq!(a.renew(&mut term, None).await, Err(LeaseError::Lost));
-    assert!(!a.release(&term).await.unwrap(), "nothing left to release");
+    assert_eq!(
+        b.observe(b.default_budget()).await.unwrap(),
+        leaderd::Observed::Vacant
+    );
+    assert_eq!(
+        a.renew(&mut term, a.default_budget()).await,
+        Err(LeaseError::Lost)
+    );
+    assert!(
+        !a.release(&term, a.default_budget()).await.unwrap(),
+        "nothing left to release"
+    );
 
-    let next = acquired(b.try_acquire().await);
+    let next = acquired(b.try_acquire(b.default_budget()).await);
     assert_eq!(next.fence, 102);
-    b.release(&next).await.unwrap();
+    b.release(&next, b.default_budget()).await.unwrap();
 }
 
 /// The fence is the maximum over the granting majority, written back to it: with the
@@ -151,9 +163,9 @@ async fn fences_strictly_increase_as_the_majority_rotates() {
     for round in 0..6 {
         let cut = round % 3;
         proxies[cut].cut();
-        let term = acquired(c.try_acquire().await);
+        let term = acquired(c.try_acquire(c.default_budget()).await);
         fences.push(term.fence);
-        assert!(c.release(&term).await.unwrap());
+        assert!(c.release(&term, c.default_budget()).await.unwrap());
         proxies[cut].restore();
     }
     assert!(
@@ -179,7 +191,7 @@ async fn a_minority_never_acquires_and_takes_its_grant_back() {
             node.stop();
         }
         for _ in 0..10 {
-            let (outcome, took) = timed(c.try_acquire()).await;
+            let (outcome, took) = timed(c.try_acquire(c.default_budget())).await;
             match outcome {
                 Err(LeaseError::Unavailable(f)) => {
                     assert!(f.cause.contains("a majority of"), "{}", f.cause);
@@ -195,7 +207,7 @@ async fn a_minority_never_acquires_and_takes_its_grant_back() {
                 );
             }
         }
-        assert!(c.observe().await.is_err());
+        assert!(c.observe(c.default_budget()).await.is_err());
     }
 }
 
@@ -212,11 +224,11 @@ async fn a_split_vote_wins_nothing() {
         node.cmd(&["PEXPIRE", &key, "1500"]);
     }
     let c = client(&urls(&nodes), name, "a");
-    match c.try_acquire().await {
-        Ok(Acquire::Held(h)) => {
-            assert_eq!(h.holder, None, "nobody can be leading: {h:?}");
+    match c.try_acquire(c.default_budget()).await {
+        Ok(Acquire::Denied(h)) => {
+            assert_eq!(support::held_by(&h), None, "nobody can be leading: {h:?}");
             let left = h
-                .remaining
+                .remaining()
                 .expect("a majority frees when x's or y's lease ends");
             assert!(left <= Duration::from_millis(1500), "{left:?}");
         }
@@ -237,17 +249,17 @@ async fn survives_one_dead_and_one_slow(n: usize) {
     let other = client(&list, name, "b");
 
     nodes[0].stop();
-    let (outcome, took) = timed(c.try_acquire()).await;
+    let (outcome, took) = timed(c.try_acquire(c.default_budget())).await;
     let mut term = acquired(outcome);
     assert!(took < 2 * NODE_TIMEOUT + SLACK, "acquire took {took:?}");
-    let (renewed, took) = timed(c.renew(&mut term, None)).await;
+    let (renewed, took) = timed(c.renew(&mut term, c.default_budget())).await;
     renewed.expect("renew with one node dead");
     assert!(took < NODE_TIMEOUT + SLACK, "renew took {took:?}");
 
     // Now also slow a second node past the per-node timeout (with 3 nodes that is a
     // majority lost: the renew fails, but as an error, never as a release).
     proxy.set_latency(NODE_TIMEOUT * 2);
-    let (renewed, took) = timed(c.renew(&mut term, None)).await;
+    let (renewed, took) = timed(c.renew(&mut term, c.default_budget())).await;
     assert!(took < NODE_TIMEOUT + SLACK, "renew took {took:?}");
     if n == 3 {
         assert!(
@@ -257,20 +269,20 @@ async fn survives_one_dead_and_one_slow(n: usize) {
         assert_eq!(hget(&nodes[2], name, "token"), term.token, "not released");
     } else {
         renewed.expect("5 nodes: 3 of 5 still extend it");
-        match other.try_acquire().await {
-            Ok(Acquire::Held(h)) => assert_eq!(h.holder.as_deref(), Some("a")),
+        match other.try_acquire(other.default_budget()).await {
+            Ok(Acquire::Denied(h)) => assert_eq!(support::held_by(&h), Some("a")),
             got => panic!("expected Held by a, got {got:?}"),
         }
-        let seen = other.observe().await.unwrap().expect("held");
-        assert_eq!(seen.holder.as_deref(), Some("a"));
+        let seen = other.observe(other.default_budget()).await.unwrap();
+        assert_eq!(support::held_by(&seen), Some("a"));
     }
     proxy.set_latency(Duration::ZERO);
     // The slow node's late answers have arrived; renew is whole again.
     tokio::time::sleep(NODE_TIMEOUT * 3).await;
-    c.renew(&mut term, None)
+    c.renew(&mut term, c.default_budget())
         .await
         .expect("renew after the node is fast again");
-    assert!(c.release(&term).await.unwrap());
+    assert!(c.release(&term, c.default_budget()).await.unwrap());
     nodes[0].start_again();
 }
 
@@ -290,10 +302,12 @@ async fn renew_needs_a_majority_and_loses_only_with_a_majority() {
     let name = "rl-renew";
     seed(&nodes, name, &[1, 1, 1]);
     let c = client(&urls(&nodes), name, "a");
-    let mut term = acquired(c.try_acquire().await);
+    let mut term = acquired(c.try_acquire(c.default_budget()).await);
 
     nodes[0].cmd(&["DEL", &lock_key(name)]);
-    c.renew(&mut term, None).await.expect("2 of 3 still ours");
+    c.renew(&mut term, c.default_budget())
+        .await
+        .expect("2 of 3 still ours");
     // The node that lost it (free again) was taken back, with the term's fence.
     assert_eq!(hget(&nodes[0], name, "token"), term.token);
     assert_eq!(hget(&nodes[0], name, "fence"), term.fence.to_string());
@@ -303,7 +317,7 @@ async fn renew_needs_a_majority_and_loses_only_with_a_majority() {
     // 1 extended, 1 lost, 1 silent: neither a majority nor lost; nothing is released.
     nodes[0].cmd(&["DEL", &lock_key(name)]);
     nodes[2].stop();
-    let outcome = c.renew(&mut term, None).await;
+    let outcome = c.renew(&mut term, c.default_budget()).await;
     assert!(
         matches!(outcome, Err(LeaseError::Unavailable(_))),
         "{outcome:?}"
@@ -312,12 +326,17 @@ async fn renew_needs_a_majority_and_loses_only_with_a_majority() {
     // The term is still valid, so the free node was taken back all the same...
     assert_eq!(hget(&nodes[0], name, "token"), term.token);
     // ...and the next round has its majority again.
-    c.renew(&mut term, None).await.expect("2 of 3 again");
+    c.renew(&mut term, c.default_budget())
+        .await
+        .expect("2 of 3 again");
 
     // A majority says "not ours": lost, at once, and nothing is taken back.
     nodes[0].cmd(&["DEL", &lock_key(name)]);
     nodes[1].cmd(&["DEL", &lock_key(name)]);
-    assert_eq!(c.renew(&mut term, None).await, Err(LeaseError::Lost));
+    assert_eq!(
+        c.renew(&mut term, c.default_budget()).await,
+        Err(LeaseError::Lost)
+    );
     assert_eq!(nodes[0].cmd(&["EXISTS", &lock_key(name)]), "0");
     nodes[2].start_again();
 }
@@ -333,30 +352,32 @@ async fn empty_restarts_are_quarantined_and_fences_keep_increasing() {
     seed(&nodes, name, &[1, 1, 1]);
     let a = client(&urls(&nodes), name, "a");
     let b = client(&urls(&nodes), name, "b");
-    let mut term = acquired(a.try_acquire().await);
+    let mut term = acquired(a.try_acquire(a.default_budget()).await);
     assert_eq!(term.fence, 2);
 
     nodes[0].restart_empty();
-    a.renew(&mut term, None).await.expect("2 of 3 still ours");
-    match b.try_acquire().await {
-        Ok(Acquire::Held(h)) => assert_eq!(h.holder.as_deref(), Some("a")),
+    a.renew(&mut term, a.default_budget())
+        .await
+        .expect("2 of 3 still ours");
+    match b.try_acquire(b.default_budget()).await {
+        Ok(Acquire::Denied(h)) => assert_eq!(support::held_by(&h), Some("a")),
         other => panic!("expected Held by a, got {other:?}"),
     }
     assert_eq!(hget(&nodes[0], name, "holder"), "", "quarantined");
-    a.release(&term).await.unwrap();
+    a.release(&term, a.default_budget()).await.unwrap();
     // Nodes 1 and 2 are free: b takes them; node 0 is still quarantined.
-    let tb = acquired(b.try_acquire().await);
+    let tb = acquired(b.try_acquire(b.default_budget()).await);
     assert!(tb.fence > term.fence);
-    b.release(&tb).await.unwrap();
+    b.release(&tb, b.default_budget()).await.unwrap();
 
     // Two of three restart empty under a live term: nobody gets in while it is valid.
-    let term = acquired(a.try_acquire().await);
+    let term = acquired(a.try_acquire(a.default_budget()).await);
     assert!(term.fence > tb.fence);
     nodes[1].restart_empty();
     nodes[2].restart_empty();
     let mut attempts = 0;
     while term.is_valid() {
-        let outcome = b.try_acquire().await;
+        let outcome = b.try_acquire(b.default_budget()).await;
         assert!(
             !matches!(outcome, Ok(Acquire::Acquired(_))),
             "b acquired while a's term was valid: {outcome:?}"
@@ -386,8 +407,8 @@ async fn one_release_watch_over_every_node() {
         .await
         .is_ok()
     {}
-    let term = acquired(a.try_acquire().await);
-    a.release(&term).await.unwrap();
+    let term = acquired(a.try_acquire(a.default_budget()).await);
+    a.release(&term, a.default_budget()).await.unwrap();
     tokio::time::timeout(Duration::from_secs(2), watch.changed())
         .await
         .expect("the release is seen through the merged watch");
@@ -413,16 +434,16 @@ async fn contenders_never_overlap() {
         tasks.push(tokio::spawn(async move {
             let mut won = 0;
             while Instant::now() < stop {
-                match c.try_acquire().await {
+                match c.try_acquire(c.default_budget()).await {
                     Ok(Acquire::Acquired(mut term)) => {
                         let start = Instant::now();
                         won += 1;
                         tokio::time::sleep(Duration::from_millis(40)).await;
-                        let _ = c.renew(&mut term, None).await;
+                        let _ = c.renew(&mut term, c.default_budget()).await;
                         tokio::time::sleep(Duration::from_millis(40)).await;
                         let end = Instant::now().min(term.valid_until);
                         log.lock().unwrap().push((start, end, term.fence));
-                        let _ = c.release(&term).await;
+                        let _ = c.release(&term, c.default_budget()).await;
                     }
                     _ => {
                         let pause = 5 + rand::random::<u64>() % 30;

@@ -201,7 +201,7 @@ fn leadership_follows_a_forced_failover_and_a_killed_master() {
     );
     // s-c runs as an ACL user with the documented minimal ACL plus +wait, without +role:
     // the master is then taken on the Sentinels' word (ACLs are per node: on every node).
-    let password = format!("pw-{}", leaderd::lease::new_token());
+    let password = format!("pw-{}", support::new_token());
     for server in &servers {
         let acl = minimal_acl_plus_wait(&password);
         let args: Vec<&str> = acl.iter().map(String::as_str).collect();

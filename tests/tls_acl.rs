@@ -13,8 +13,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leaderd::lease::new_token;
 use nix::sys::signal::Signal;
+use support::new_token;
 use support::{free_port, minimal_acl, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const LEASE_MS: u64 = 2000;

@@ -6,9 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::conn::FailureKind;
-use leaderd::connector::Connector;
-use leaderd::lease::{Acquire, LeaseClient, LeaseError, LeaseSpec, Term};
+use leaderd::FailureKind;
+use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, Term};
 use support::{wait_until, RedisServer};
 use tokio::time::timeout;
 
@@ -20,9 +19,12 @@ fn spec(name: &str, holder: &str) -> LeaseSpec {
     spec
 }
 
-fn client(master: &RedisServer, name: &str, holder: &str, acks: u32) -> LeaseClient {
-    let redis = redis::Client::open(master.url()).expect("url");
-    LeaseClient::with_connector(Connector::Direct(redis), spec(name, holder), acks)
+fn client(master: &RedisServer, name: &str, holder: &str, acks: u32) -> Backend {
+    let redis = RedisSpec {
+        min_replicas_ack: acks,
+        ..RedisSpec::single(&master.url())
+    };
+    Backend::connect(&redis, spec(name, holder)).expect("url")
 }
 
 /// A master with one replica whose link is up.
@@ -47,8 +49,8 @@ fn seed_fence(master: &RedisServer, name: &str) {
     assert_eq!(master.cmd(&["SET", &key, "1000"]), "OK");
 }
 
-async fn acquire(c: &LeaseClient) -> Result<Acquire, LeaseError> {
-    timeout(BOUND, c.try_acquire())
+async fn acquire(c: &Backend) -> Result<Acquire, LeaseError> {
+    timeout(BOUND, c.try_acquire(c.default_budget()))
         .await
         .expect("acquire finishes")
 }
@@ -72,12 +74,15 @@ async fn acquire_and_renew_count_only_when_replicas_acknowledge() {
     let mut term = granted(acquire(&a).await);
     assert_eq!(replica.cmd(&["HGET", &lock, "holder"]), "a");
     let before = term.valid_until;
-    timeout(BOUND, a.renew(&mut term, None))
+    timeout(BOUND, a.renew(&mut term, a.default_budget()))
         .await
         .expect("renew finishes")
         .expect("an acknowledged renew counts");
     assert!(term.valid_until > before);
-    assert!(timeout(BOUND, a.release(&term)).await.unwrap().unwrap());
+    assert!(timeout(BOUND, a.release(&term, a.default_budget()))
+        .await
+        .unwrap()
+        .unwrap());
 
     // Replication stopped: the acquire does not count and leaves no lease behind.
     replica.pause();
@@ -99,7 +104,10 @@ async fn acquire_and_renew_count_only_when_replicas_acknowledge() {
     // Another candidate without WAIT can take it at once: nothing blocks the election.
     let b = client(&master, name, "b", 0);
     let b_term = granted(acquire(&b).await);
-    assert!(timeout(BOUND, b.release(&b_term)).await.unwrap().unwrap());
+    assert!(timeout(BOUND, b.release(&b_term, b.default_budget()))
+        .await
+        .unwrap()
+        .unwrap());
 
     // A renew that is not acknowledged does not extend the validity.
     replica.resume();
@@ -114,7 +122,7 @@ async fn acquire_and_renew_count_only_when_replicas_acknowledge() {
     let mut term = granted(acquire(&a).await);
     replica.pause();
     let before = term.clone();
-    let err = timeout(BOUND, a.renew(&mut term, None))
+    let err = timeout(BOUND, a.renew(&mut term, a.default_budget()))
         .await
         .expect("renew finishes")
         .expect_err("an unacknowledged renew");

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leaderd::lease::{Acquire, LeaseClient, LeaseSpec};
-use leaderd::lock::Locker;
+use leaderd::Locker;
+use leaderd::{Acquire, Lease, LeaseClient, LeaseSpec};
 use serde_json::json;
 
 use super::stats::{
@@ -301,9 +301,10 @@ fn measure(redis: &RedisServer, runtime: Runtime, imp: Impl, tasks: usize, secon
                         let client = Arc::new(client);
                         handles.push(tokio::spawn(async move {
                             while !run.stop.load(Ordering::Relaxed) {
-                                let ok = match client.try_acquire().await {
+                                let ok = match client.try_acquire(client.default_budget()).await {
                                     Ok(Acquire::Acquired(term)) => {
-                                        client.release(&term).await == Ok(true)
+                                        client.release(&term, client.default_budget()).await
+                                            == Ok(true)
                                     }
                                     _ => false,
                                 };

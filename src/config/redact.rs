@@ -92,11 +92,11 @@ fn dur(d: std::time::Duration) -> Value {
 
 fn redis(r: &RedisConfig) -> Value {
     map(vec![
-        ("mode", text(name_of(MODES, r.mode))),
-        ("url", opt(r.url.as_deref(), url)),
-        ("urls", list(&r.urls, url)),
-        ("sentinels", list(&r.sentinels, url)),
-        ("master_name", opt(r.master_name.as_deref(), text)),
+        ("mode", text(name_of(MODES, r.mode.name()))),
+        ("url", opt(r.mode.url(), url)),
+        ("urls", list(r.mode.urls(), url)),
+        ("sentinels", list(r.mode.sentinels(), url)),
+        ("master_name", opt(r.mode.master_name(), text)),
         ("username", opt(r.username.as_deref(), text)),
         ("password", opt(r.password.as_ref(), |_| text(REDACTED))),
         (

@@ -5,17 +5,18 @@
 use std::time::Duration;
 
 use super::duration::format_duration as fmt;
+use super::sections::RedisAddrs;
 use super::tree::Reader;
-use super::{Config, ElectionConfig, HealthCheckConfig, RedisConfig, RedisMode, TlsConfig};
+use super::{Config, ElectionConfig, HealthCheckConfig, ModeName, TlsConfig};
 
 /// Which of `url`, `urls`, `sentinels` and `master_name` each mode needs and allows.
-pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisConfig, url_label: Option<&str>) {
+pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisAddrs, url_label: Option<&str>) {
     if !r.all_valid(&["redis.mode"]) {
         return;
     }
     let mode = super::values::name_of(super::values::MODES, c.mode);
-    let single = c.mode == RedisMode::Single;
-    let sentinel = c.mode == RedisMode::Sentinel;
+    let single = c.mode == ModeName::Single;
+    let sentinel = c.mode == ModeName::Sentinel;
     if let (false, Some(label)) = (single, url_label) {
         let msg = format!(
             "{label}: only mode single uses a single url; mode {mode} uses {}",
@@ -23,7 +24,7 @@ pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisConfig, url_label: Option<
         );
         r.problem("redis.url", msg);
     }
-    if !c.urls.is_empty() && matches!(c.mode, RedisMode::Single | RedisMode::Sentinel) {
+    if !c.urls.is_empty() && matches!(c.mode, ModeName::Single | ModeName::Sentinel) {
         let msg = format!(
             "redis.urls: only modes redlock and cluster use urls; mode {mode} uses {}",
             uses(c.mode)
@@ -41,31 +42,31 @@ pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisConfig, url_label: Option<
 }
 
 /// What each mode reads its addresses from, for the messages above.
-fn uses(mode: RedisMode) -> &'static str {
+fn uses(mode: ModeName) -> &'static str {
     match mode {
-        RedisMode::Single => "redis.url",
-        RedisMode::Sentinel => "redis.sentinels and redis.master_name",
-        RedisMode::Redlock | RedisMode::Cluster => "redis.urls",
+        ModeName::Single => "redis.url",
+        ModeName::Sentinel => "redis.sentinels and redis.master_name",
+        ModeName::Redlock | ModeName::Cluster => "redis.urls",
     }
 }
 
-fn mode_needs(r: &mut Reader<'_>, c: &RedisConfig) {
+fn mode_needs(r: &mut Reader<'_>, c: &RedisAddrs) {
     let n = c.urls.len();
     let missing = match c.mode {
-        RedisMode::Single => None,
-        RedisMode::Sentinel if c.sentinels.is_empty() => Some((
+        ModeName::Single => None,
+        ModeName::Sentinel if c.sentinels.is_empty() => Some((
             "redis.sentinels",
             "mode sentinel needs at least one sentinel URL".to_string(),
         )),
-        RedisMode::Sentinel if c.master_name.is_none() => Some((
+        ModeName::Sentinel if c.master_name.is_none() => Some((
             "redis.master_name",
             "mode sentinel needs the name of the monitored master".to_string(),
         )),
-        RedisMode::Redlock if n < 3 || n % 2 == 0 => Some((
+        ModeName::Redlock if n < 3 || n % 2 == 0 => Some((
             "redis.urls",
             format!("mode redlock needs an odd number >= 3 of urls (got {n})"),
         )),
-        RedisMode::Cluster if n == 0 => Some((
+        ModeName::Cluster if n == 0 => Some((
             "redis.urls",
             "mode cluster needs at least one seed node URL".to_string(),
         )),

@@ -11,7 +11,8 @@ use super::tree::{Node, Reader};
 use super::values::{self as v, choice};
 use super::TlsConfig;
 use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LogFormat, LoggingConfig};
-use super::{OnExit, OnLost, Overrides, PublishConfig, ReadyWhen, RedisConfig, RedisMode, Secret};
+use super::{ModeName, OnExit, OnLost, Overrides, PublishConfig, ReadyWhen};
+use super::{RedisConfig, RedisMode, Secret};
 
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 const DEFAULT_LEADER_FILE: &str = "/var/run/leaderd/leader.json";
@@ -68,6 +69,33 @@ fn identity(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> String {
     })
 }
 
+/// The mode and the address keys as read, before the mode's rules tie them together.
+pub(super) struct RedisAddrs {
+    pub(super) mode: ModeName,
+    pub(super) url: Option<String>,
+    pub(super) urls: Vec<String>,
+    pub(super) sentinels: Vec<String>,
+    pub(super) master_name: Option<String>,
+}
+
+impl RedisAddrs {
+    /// The mode with its addresses; after [`super::rules::redis_mode`] found no problem,
+    /// nothing is left out.
+    fn into_mode(self) -> RedisMode {
+        match self.mode {
+            ModeName::Single => RedisMode::Single {
+                url: self.url.unwrap_or_else(|| DEFAULT_REDIS_URL.to_string()),
+            },
+            ModeName::Sentinel => RedisMode::Sentinel {
+                sentinels: self.sentinels,
+                master_name: self.master_name.unwrap_or_default(),
+            },
+            ModeName::Redlock => RedisMode::Redlock { urls: self.urls },
+            ModeName::Cluster => RedisMode::Cluster { urls: self.urls },
+        }
+    }
+}
+
 fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
     let n = r.section(root, "redis");
     let mode = r.get(r.file(&n, "mode"), choice(v::MODES));
@@ -78,13 +106,17 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
         ("--redis-url", &o.redis_url),
     );
     let url_label = url_input.as_ref().map(|i| i.label().to_string());
-    let password_file = r.get(r.file(&n, "password_file"), v::path);
-    let mut cfg = RedisConfig {
-        mode: mode.unwrap_or(RedisMode::Single),
+    let addrs = RedisAddrs {
+        mode: mode.unwrap_or(ModeName::Single),
         url: r.get(url_input, v::redis_url),
         urls: url_list(r, &n, "urls"),
         sentinels: url_list(r, &n, "sentinels"),
         master_name: r.get(r.file(&n, "master_name"), non_empty),
+    };
+    super::rules::redis_mode(r, &addrs, url_label.as_deref());
+    let password_file = r.get(r.file(&n, "password_file"), v::path);
+    RedisConfig {
+        mode: addrs.into_mode(),
         username: r.get(r.file(&n, "username"), non_empty),
         password: password(r, password_file.as_deref()),
         password_file,
@@ -97,12 +129,7 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
             .get(r.file(&n, "min_replicas_ack"), v::count(0))
             .unwrap_or(0),
         tls: tls(r, &n),
-    };
-    if cfg.mode == RedisMode::Single && cfg.url.is_none() && url_label.is_none() {
-        cfg.url = Some(DEFAULT_REDIS_URL.to_string());
     }
-    super::rules::redis_mode(r, &cfg, url_label.as_deref());
-    cfg
 }
 
 /// `redis.tls`, or None when none of its files is set. Each file must be readable.
@@ -151,7 +178,7 @@ fn non_empty(s: &str) -> Result<String, String> {
 /// `LEADERD_REDIS_PASSWORD` when set and not empty, else the contents of the password file.
 fn password(r: &mut Reader<'_>, file: Option<&Path>) -> Option<Secret> {
     if let Some(p) = r.env(PASSWORD_VAR).filter(|p| !p.is_empty()) {
-        return Some(Secret(p));
+        return Some(Secret::new(p));
     }
     let path = file?;
     let key = "redis.password_file";
@@ -165,7 +192,7 @@ fn password(r: &mut Reader<'_>, file: Option<&Path>) -> Option<Secret> {
             );
             None
         }
-        Ok(text) => Some(Secret(text.trim_end_matches(['\r', '\n']).to_string())),
+        Ok(text) => Some(Secret::new(text.trim_end_matches(['\r', '\n']))),
         Err(e) => {
             r.problem(key, format!("{key}: cannot read {path:?}: {e}"));
             None

@@ -9,13 +9,13 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::duration::parse_duration;
-use super::{LogFormat, OnChange, OnExit, OnLost, ReadyWhen, RedisMode};
+use super::{LogFormat, ModeName, OnChange, OnExit, OnLost, ReadyWhen};
 
-pub(super) const MODES: &[(&str, RedisMode)] = &[
-    ("single", RedisMode::Single),
-    ("sentinel", RedisMode::Sentinel),
-    ("redlock", RedisMode::Redlock),
-    ("cluster", RedisMode::Cluster),
+pub(super) const MODES: &[(&str, ModeName)] = &[
+    ("single", ModeName::Single),
+    ("sentinel", ModeName::Sentinel),
+    ("redlock", ModeName::Redlock),
+    ("cluster", ModeName::Cluster),
 ];
 pub(super) const ON_LOST: &[(&str, OnLost)] =
     &[("contend", OnLost::Contend), ("exit", OnLost::Exit)];
@@ -333,9 +333,9 @@ mod tests {
         assert!(identity("a\tb").is_err());
         assert!(count(1)("0").is_err());
         assert!(count(0)("-1").is_err());
-        assert_eq!(choice(MODES)("cluster"), Ok(RedisMode::Cluster));
-        assert_eq!(name_of(MODES, RedisMode::Sentinel), "sentinel");
-        assert_eq!(choice(MODES)("Single"), Ok(RedisMode::Single));
+        assert_eq!(choice(MODES)("cluster"), Ok(ModeName::Cluster));
+        assert_eq!(name_of(MODES, ModeName::Sentinel), "sentinel");
+        assert_eq!(choice(MODES)("Single"), Ok(ModeName::Single));
         assert!(choice(MODES)("solo")
             .unwrap_err()
             .contains("single, sentinel, redlock, cluster"));

@@ -4,10 +4,67 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use std::time::SystemTime;
+
 use super::*;
-use crate::lease::{drift, ReleaseWatch};
-use crate::metrics::Metrics;
-use crate::state::Progress;
+use crate::lease::{LeaseSpec, Observed, ReleaseWatch};
+use crate::state::{Phase, Snapshot};
+
+fn drift(lease: Duration) -> Duration {
+    LeaseSpec::new("x", "me", lease).drift()
+}
+
+/// The events as a state channel (as the daemon keeps one) and a log of their order.
+struct TestEvents {
+    state: watch::Sender<Snapshot>,
+    log: Arc<Mutex<Vec<&'static str>>>,
+    /// How long `work_stopped` takes before it notes itself.
+    slow_stop: Duration,
+}
+
+impl TestEvents {
+    fn note(&self, what: &'static str) {
+        self.log.lock().unwrap().push(what);
+    }
+}
+
+impl ElectionEvents for TestEvents {
+    fn observed(&self, seen: &Observed) {
+        let leader = seen.holder().map(|h| h.holder.clone());
+        self.state.send_modify(|s| {
+            s.set_phase(Phase::Follower);
+            s.leader = leader;
+        });
+    }
+    fn acquired(&self, term: &Term) {
+        self.note("acquired");
+        self.state.send_modify(|s| {
+            s.set_phase(Phase::Leader);
+            s.leader = Some("me".into());
+            s.fence = Some(term.fence);
+            s.term = Some(TermView::from(term));
+        });
+    }
+    fn renewed(&self, term: &Term) {
+        self.state
+            .send_modify(|s| s.term = Some(TermView::from(term)));
+    }
+    fn stepped_down(&self, _: &Term, _: StepDown) {
+        self.note("stepped_down");
+        self.state.send_modify(|s| s.set_phase(Phase::SteppingDown));
+    }
+    async fn work_stopped(&self, _: &Term, _: StepDown) {
+        tokio::time::sleep(self.slow_stop).await;
+        self.note("work_stopped");
+    }
+    fn released(&self, _: &Term) {
+        self.note("released");
+    }
+    fn stopped(&self) {
+        self.note("stopped");
+        self.state.send_modify(|s| s.set_phase(Phase::Stopped));
+    }
+}
 
 const LEASE: Duration = Duration::from_millis(2000);
 
@@ -38,23 +95,35 @@ impl FakeLease {
                 kind: crate::conn::FailureKind::Connection,
                 cause: "down".into(),
                 code: None,
+                source: None,
             }));
         }
         Ok(())
     }
 }
 
-impl LeaseBackend for FakeLease {
+fn holder(token: String, fence: u64, exp: Instant) -> Observed {
+    Observed::Held(crate::lease::Holder {
+        holder: token,
+        fence,
+        remaining: Some(exp.saturating_duration_since(Instant::now())),
+        address: None,
+    })
+}
+
+impl Lease for FakeLease {
+    fn spec(&self) -> &LeaseSpec {
+        static SPEC: std::sync::OnceLock<LeaseSpec> = std::sync::OnceLock::new();
+        SPEC.get_or_init(|| LeaseSpec::new("t", "me", LEASE))
+    }
+    fn default_budget(&self) -> Duration {
+        Duration::from_millis(200)
+    }
     async fn try_acquire(&self, _: Duration) -> Result<Acquire, LeaseError> {
         self.check()?;
         let sent = Instant::now();
         if let Some((token, fence, exp)) = self.live() {
-            return Ok(Acquire::Held(Holder {
-                holder: Some(token),
-                fence,
-                remaining: Some(exp - sent),
-                address: None,
-            }));
+            return Ok(Acquire::Denied(holder(token, fence, exp)));
         }
         let fence = self.fence.fetch_add(1, Ordering::SeqCst) + 1;
         let token = crate::lease::new_token();
@@ -92,25 +161,20 @@ impl LeaseBackend for FakeLease {
         }
         Ok(mine)
     }
-    async fn observe(&self, _: Duration) -> Result<Option<Holder>, LeaseError> {
+    async fn observe(&self, _: Duration) -> Result<Observed, LeaseError> {
         self.check()?;
-        Ok(self.live().map(|(holder, fence, exp)| Holder {
-            holder: Some(holder),
-            fence,
-            remaining: Some(exp.saturating_duration_since(Instant::now())),
-            address: None,
-        }))
+        Ok(self
+            .live()
+            .map_or(Observed::Vacant, |(h, fence, exp)| holder(h, fence, exp)))
     }
     fn watch_releases(&self) -> ReleaseWatch {
         ReleaseWatch::from_receiver(self.released.subscribe())
-    }
-    fn attempt_timeout(&self) -> Duration {
-        Duration::from_millis(200)
     }
 }
 
 struct Harness {
     lease: Arc<FakeLease>,
+    log: Arc<Mutex<Vec<&'static str>>>,
     state: watch::Receiver<Snapshot>,
     shutdown: CancellationToken,
     yields: mpsc::Sender<()>,
@@ -133,13 +197,18 @@ fn policy(on_lost: AfterLoss) -> Policy {
 }
 
 fn start(lease: Arc<FakeLease>, on_lost: AfterLoss) -> Harness {
+    start_with(lease, on_lost, Duration::ZERO)
+}
+
+/// The elector with events whose `work_stopped` takes `slow_stop`.
+fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) -> Harness {
     let (tx, state) = watch::channel(Snapshot::starting(true));
-    let reporter = Reporter::new(
-        "me",
-        Arc::new(tx),
-        Arc::new(Metrics::new("t", "0")),
-        Progress::new(),
-    );
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reporter = TestEvents {
+        state: tx,
+        log: log.clone(),
+        slow_stop,
+    };
     let shutdown = CancellationToken::new();
     let (ytx, yrx) = mpsc::channel(4);
     let (_htx, healthy) = watch::channel(true);
@@ -157,6 +226,7 @@ fn start(lease: Arc<FakeLease>, on_lost: AfterLoss) -> Harness {
     ));
     Harness {
         lease,
+        log,
         state,
         shutdown,
         yields: ytx,
@@ -183,9 +253,77 @@ async fn leads_renews_and_releases_on_shutdown() {
     assert_eq!(later.phase, Phase::Leader, "renewals keep the term");
     assert!(later.term.unwrap().valid_until > first_validity + LEASE);
     h.shutdown.cancel();
-    assert_eq!(h.task.await.unwrap(), 0);
+    assert_eq!(bounded(h.task).await, 0);
     assert_eq!(h.state.borrow().phase, Phase::Stopped);
     assert_eq!(h.lease.releases.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *h.log.lock().unwrap(),
+        [
+            "acquired",
+            "stepped_down",
+            "work_stopped",
+            "released",
+            "stopped"
+        ],
+        "stop claiming, stop the work, then release"
+    );
+}
+
+/// A slow `work_stopped` (a proxy closing its connections) is awaited before the release.
+#[tokio::test(start_paused = true)]
+async fn the_release_waits_for_work_stopped() {
+    let slow = Duration::from_millis(500);
+    let mut h = start_with(Arc::new(FakeLease::default()), AfterLoss::Contend, slow);
+    wait_phase(&mut h.state, Phase::Leader).await;
+    h.shutdown.cancel();
+    wait_phase(&mut h.state, Phase::SteppingDown).await;
+    let stepped_at = Instant::now();
+    assert_eq!(bounded(h.task).await, 0);
+    assert!(
+        stepped_at.elapsed() >= slow,
+        "the elector waited for work_stopped"
+    );
+    assert_eq!(h.lease.releases.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *h.log.lock().unwrap(),
+        [
+            "acquired",
+            "stepped_down",
+            "work_stopped",
+            "released",
+            "stopped"
+        ]
+    );
+}
+
+/// A `work_stopped` that never finishes delays the release by `WORK_STOPPED_LIMIT`, no more.
+#[tokio::test(start_paused = true)]
+async fn a_hung_work_stopped_delays_the_release_by_its_limit_only() {
+    let hung = Duration::from_secs(3600);
+    let mut h = start_with(Arc::new(FakeLease::default()), AfterLoss::Contend, hung);
+    wait_phase(&mut h.state, Phase::Leader).await;
+    h.shutdown.cancel();
+    wait_phase(&mut h.state, Phase::SteppingDown).await;
+    let stepped_at = Instant::now();
+    assert_eq!(bounded(h.task).await, 0);
+    let took = stepped_at.elapsed();
+    assert!(
+        took >= WORK_STOPPED_LIMIT && took < WORK_STOPPED_LIMIT + LEASE,
+        "took {took:?}"
+    );
+    // The release is still sent (it finds the 2 s lease expired by then: nothing to delete).
+    assert_eq!(
+        *h.log.lock().unwrap(),
+        ["acquired", "stepped_down", "released", "stopped"]
+    );
+}
+
+/// Every wait in these tests is bounded: a broken elector fails instead of hanging.
+async fn bounded<T>(task: tokio::task::JoinHandle<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the elector stops in time")
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -194,10 +332,9 @@ async fn steps_down_at_the_renew_deadline_before_validity_ends() {
     let snap = wait_phase(&mut h.state, Phase::Leader).await;
     let term = snap.term.unwrap();
     h.lease.down.store(true, Ordering::SeqCst);
-    let ended = h
-        .state
-        .wait_for(|s| s.phase != Phase::Leader)
+    let ended = tokio::time::timeout(LEASE * 2, h.state.wait_for(|s| s.phase != Phase::Leader))
         .await
+        .expect("stepped down within two leases")
         .unwrap()
         .clone();
     let stepped_at = Instant::now();
@@ -210,7 +347,7 @@ async fn steps_down_at_the_renew_deadline_before_validity_ends() {
         "not before the deadline"
     );
     assert!(!ended.is_leader_at(stepped_at));
-    assert_eq!(h.task.await.unwrap(), 1, "on_lost: exit ends with 1");
+    assert_eq!(bounded(h.task).await, 1, "on_lost: exit ends with 1");
     assert_eq!(h.state.borrow().phase, Phase::Stopped);
 }
 
@@ -224,7 +361,7 @@ async fn a_lost_lease_steps_down_at_once_and_contends_again() {
     let again = wait_phase(&mut h.state, Phase::Leader).await;
     assert!(again.fence.unwrap() > first, "fences increase term by term");
     h.shutdown.cancel();
-    assert_eq!(h.task.await.unwrap(), 0);
+    assert_eq!(bounded(h.task).await, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -240,7 +377,7 @@ async fn a_follower_contends_when_the_holder_expires_not_a_retry_later() {
         "took {took:?}"
     );
     h.shutdown.cancel();
-    h.task.await.unwrap();
+    bounded(h.task).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -248,9 +385,9 @@ async fn yielding_sits_out_one_lease() {
     let mut h = start(Arc::new(FakeLease::default()), AfterLoss::Contend);
     wait_phase(&mut h.state, Phase::Leader).await;
     h.yields.send(()).await.unwrap();
-    h.state
-        .wait_for(|s| s.phase != Phase::Leader)
+    tokio::time::timeout(LEASE, h.state.wait_for(|s| s.phase != Phase::Leader))
         .await
+        .expect("yielded in time")
         .unwrap();
     let yielded = Instant::now();
     wait_phase(&mut h.state, Phase::Leader).await;
@@ -260,5 +397,5 @@ async fn yielding_sits_out_one_lease() {
         yielded.elapsed()
     );
     h.shutdown.cancel();
-    h.task.await.unwrap();
+    bounded(h.task).await;
 }

@@ -7,41 +7,19 @@ use futures::TryFutureExt;
 use tokio::time::Instant;
 
 use super::reply::{is_granted, not_replicated, parse_acquire, AcquireReply};
-use super::{new_token, unix_ms, Acquire, LeaseClient, LeaseError, Term};
-use crate::acl::LeaseScript;
+use super::{unix_ms, Acquire, Lease, LeaseClient, LeaseError, Term};
+use crate::lease::acl::LeaseScript;
 
 impl LeaseClient {
-    /// One attempt to take the lease for a new term, answering who holds it otherwise.
-    /// Runs by SHA, loading the script on NOSCRIPT.
-    ///
-    /// # Errors
-    /// `Unavailable` (with the cause) or `WrongType`.
-    pub async fn try_acquire(&self) -> Result<Acquire, LeaseError> {
-        self.try_acquire_within(None).await
-    }
-
-    /// [`try_acquire`](Self::try_acquire) with an explicit timeout.
-    ///
-    /// # Errors
-    /// As `try_acquire`.
-    pub async fn try_acquire_within(
-        &self,
-        timeout: Option<Duration>,
-    ) -> Result<Acquire, LeaseError> {
-        self.try_acquire_with_token(new_token(), timeout).await
-    }
-
-    /// [`try_acquire_within`](Self::try_acquire_within) with a token the caller chose (it
+    /// One acquire attempt (see [`Lease::try_acquire`]) with a token the caller chose (it
     /// must be random, 128 bits or more, and new for every term): Redlock sends one token
     /// to every node of an attempt.
-    ///
-    /// # Errors
-    /// As `try_acquire`.
-    pub async fn try_acquire_with_token(
+    pub(crate) async fn try_acquire_with_token(
         &self,
         token: String,
-        timeout: Option<Duration>,
+        budget: Duration,
     ) -> Result<Acquire, LeaseError> {
+        let timeout = Some(budget);
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
         let mut call = self.acquire.prepare_invoke();
@@ -83,7 +61,7 @@ impl LeaseClient {
                 }
                 Ok(Acquire::Acquired(term))
             }
-            AcquireReply::Held(holder) => Ok(Acquire::Held(holder)),
+            AcquireReply::Denied(seen) => Ok(Acquire::Denied(seen)),
         }
     }
 
@@ -95,7 +73,7 @@ impl LeaseClient {
         // new connection: this one may still be blocked in the WAIT, or talk to a
         // master that a failover left behind.
         self.endpoint.reset().await;
-        let outcome = match self.release_within(term, None).await {
+        let outcome = match self.release(term, self.endpoint.command_timeout()).await {
             Ok(_) => "the acquire does not count and was undone".to_string(),
             Err(e) => format!(
                 "the acquire does not count; undoing it failed ({e}), so the lease expires by itself"

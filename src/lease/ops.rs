@@ -1,30 +1,31 @@
 //! The operations besides acquiring: renew and release of a held term (`lua/renew.lua`,
-//! `lua/release.lua`), and observe of the holder.
+//! `lua/release.lua`), and observe of the holder: the [`Lease`] implementation of one Redis.
 
 use std::time::{Duration, SystemTime};
 
 use futures::TryFutureExt;
 use tokio::time::Instant;
 
-use super::reply::{holder_from, not_replicated};
+use super::reply::not_replicated;
+use super::ReleaseWatch;
+use super::{new_token, Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
+use crate::lease::acl::LeaseScript;
 
-/// `HMGET holder fence address` of the lease hash.
-type HolderFields = (Option<String>, Option<u64>, Option<String>);
-use super::{Holder, LeaseClient, LeaseError, Term};
-use crate::acl::LeaseScript;
+impl Lease for LeaseClient {
+    fn spec(&self) -> &LeaseSpec {
+        &self.spec
+    }
 
-impl LeaseClient {
-    /// Extends the term's lease by a full lease duration if it is still ours, and moves
-    /// `term.valid_until` forward (counted from when this renew was sent).
-    ///
-    /// # Errors
-    /// `Lost` when the lease is gone or another term's; `Unavailable` or `WrongType`
-    /// otherwise. On error `term` is unchanged.
-    pub async fn renew(
-        &self,
-        term: &mut Term,
-        timeout: Option<Duration>,
-    ) -> Result<(), LeaseError> {
+    fn default_budget(&self) -> Duration {
+        self.spec.command_timeout
+    }
+
+    async fn try_acquire(&self, budget: Duration) -> Result<Acquire, LeaseError> {
+        self.try_acquire_with_token(new_token(), budget).await
+    }
+
+    async fn renew(&self, term: &mut Term, budget: Duration) -> Result<(), LeaseError> {
+        let timeout = Some(budget);
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
         let mut call = self.renew.prepare_invoke();
@@ -63,24 +64,8 @@ impl LeaseClient {
         Ok(())
     }
 
-    /// Deletes the lease if it is still this term's, and publishes the release so waiting
-    /// candidates contend at once. Returns false when it was no longer ours.
-    ///
-    /// # Errors
-    /// `Unavailable` or `WrongType`.
-    pub async fn release(&self, term: &Term) -> Result<bool, LeaseError> {
-        self.release_within(term, None).await
-    }
-
-    /// [`release`](Self::release) with an explicit timeout.
-    ///
-    /// # Errors
-    /// As `release`.
-    pub async fn release_within(
-        &self,
-        term: &Term,
-        timeout: Option<Duration>,
-    ) -> Result<bool, LeaseError> {
+    async fn release(&self, term: &Term, budget: Duration) -> Result<bool, LeaseError> {
+        let timeout = Some(budget);
         let mut call = self.release.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.released)
@@ -97,32 +82,19 @@ impl LeaseClient {
         Ok(released == 1)
     }
 
-    /// Who holds the lease right now, without trying to take it. `None` when it is free.
-    ///
-    /// # Errors
-    /// `Unavailable` or `WrongType`.
-    pub async fn observe(&self) -> Result<Option<Holder>, LeaseError> {
-        self.observe_within(None).await
-    }
-
-    /// [`observe`](Self::observe) with an explicit timeout.
-    ///
-    /// # Errors
-    /// As `observe`.
-    pub async fn observe_within(
-        &self,
-        timeout: Option<Duration>,
-    ) -> Result<Option<Holder>, LeaseError> {
+    async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
         let lock = self.keys.lock.clone();
-        let (fields, ttl): (HolderFields, i64) = self
+        type Fields = (Option<String>, Option<u64>, Option<String>, Option<String>);
+        let (fields, ttl): (Fields, i64) = self
             .endpoint
-            .call(timeout, |mut c| async move {
+            .call(Some(budget), |mut c| async move {
                 redis::pipe()
                     .cmd("HMGET")
                     .arg(&lock)
                     .arg("holder")
                     .arg("fence")
                     .arg("address")
+                    .arg("reserved_for")
                     .cmd("PTTL")
                     .arg(&lock)
                     .query_async(&mut c)
@@ -131,10 +103,19 @@ impl LeaseClient {
             .await
             .map_err(|f| self.lift(f))?;
         if ttl == -2 {
-            return Ok(None);
+            return Ok(Observed::Vacant);
         }
-        let mut holder = holder_from(fields.0.unwrap_or_default(), fields.1.unwrap_or(0), ttl);
-        holder.address = fields.2.filter(|a| !a.is_empty());
-        Ok(Some(holder))
+        let (holder, fence, address, reserved_for) = fields;
+        Ok(Observed::from_fields(
+            holder.unwrap_or_default(),
+            fence.unwrap_or(0),
+            address.unwrap_or_default(),
+            reserved_for.unwrap_or_default(),
+            ttl,
+        ))
+    }
+
+    fn watch_releases(&self) -> ReleaseWatch {
+        self.subscribe_releases()
     }
 }

@@ -1,8 +1,6 @@
 //! Reading the scripts' replies: grants, holders, and writes too few replicas acknowledged.
 
-use std::time::Duration;
-
-use super::{Holder, LeaseError};
+use super::{LeaseError, Observed};
 use crate::conn::{FailureKind, RedisFailure};
 
 /// True when the acquire script granted the lease (`{1, fence}`).
@@ -25,12 +23,13 @@ pub(super) fn not_replicated(wanted: u32, got: i64, outcome: &str) -> LeaseError
             "not acknowledged by redis.min_replicas_ack = {wanted} replicas in time ({answer}): {outcome}"
         ),
         code: None,
+        source: None,
     })
 }
 
 pub(super) enum AcquireReply {
     Granted(u64),
-    Held(Holder),
+    Denied(Observed),
 }
 
 pub(super) fn parse_acquire(reply: redis::Value) -> Result<AcquireReply, LeaseError> {
@@ -43,35 +42,26 @@ pub(super) fn parse_acquire(reply: redis::Value) -> Result<AcquireReply, LeaseEr
         Value::Int(i) => Some(*i),
         _ => None,
     };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        _ => String::new(),
+    };
     match (items.first().and_then(int), items.len()) {
         (Some(1), 2) => {
             let fence = int(&items[1]).ok_or_else(|| bad(&reply))?;
             Ok(AcquireReply::Granted(fence as u64))
         }
-        (Some(0), 4 | 5) => {
-            let holder = match &items[1] {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            };
+        (Some(0), 6) => {
             let fence = int(&items[2]).ok_or_else(|| bad(&reply))?;
             let ttl = int(&items[3]).ok_or_else(|| bad(&reply))?;
-            let address = match items.get(4) {
-                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            };
-            let mut held = holder_from(holder, fence as u64, ttl);
-            held.address = (!address.is_empty()).then_some(address);
-            Ok(AcquireReply::Held(held))
+            Ok(AcquireReply::Denied(Observed::from_fields(
+                text(&items[1]),
+                fence as u64,
+                text(&items[4]),
+                text(&items[5]),
+                ttl,
+            )))
         }
         _ => Err(bad(&reply)),
-    }
-}
-
-pub(super) fn holder_from(holder: String, fence: u64, ttl_ms: i64) -> Holder {
-    Holder {
-        holder: (!holder.is_empty()).then_some(holder),
-        fence,
-        remaining: (ttl_ms >= 0).then(|| Duration::from_millis(ttl_ms as u64)),
-        address: None,
     }
 }

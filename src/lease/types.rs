@@ -23,8 +23,8 @@ pub struct LeaseSpec {
     pub command_timeout: Duration,
     /// Timeout of connecting to Redis.
     pub connect_timeout: Duration,
-    /// Where the other replicas reach the holder's service (`publish.advertise`), stored in
-    /// the lease as `address` so followers can forward to the leader. None: not stored.
+    /// The address this holder advertises to the others while it holds the lease (stored
+    /// as the lease's `address` field), e.g. for a proxy to reach the leader.
     pub address: Option<String>,
 }
 
@@ -104,24 +104,116 @@ impl Term {
     }
 }
 
-/// Who holds a lease, as observed.
+/// The holder of a lease, as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
-    /// The holder's identity; `None` while the lease is quarantined after a data loss or a
-    /// first start.
-    pub holder: Option<String>,
-    /// The holder's fencing token (the seeded counter during quarantine).
+    /// The holder's identity.
+    pub holder: String,
+    /// The holder's fencing token.
     pub fence: u64,
     /// Time until the lease expires in Redis; `None` when the key has no TTL.
     pub remaining: Option<Duration>,
-    /// The holder's advertised address, when it stored one.
+    /// The address the holder advertises (`LeaseSpec::address`), if any.
     pub address: Option<String>,
 }
 
-impl Holder {
-    /// True while the lease is a placeholder that grants nothing (see the contract).
-    pub fn is_quarantined(&self) -> bool {
-        self.holder.is_none()
+/// What a backend sees of a lease without contending for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// Nobody holds the lease: an acquire can win now.
+    Vacant,
+    /// A placeholder that grants nothing until it expires: after a data loss or a first
+    /// start (see the contract), or, on Redlock, a split where no holder can have a majority.
+    Quarantined {
+        /// The seeded counter (the highest fence seen, on Redlock).
+        fence: u64,
+        /// Time until it expires; `None` when the key has no TTL.
+        remaining: Option<Duration>,
+    },
+    /// A term holds the lease.
+    Held(Holder),
+    /// A leader released the lease for a successor: only `for_identity` may acquire it
+    /// until it expires.
+    Reserved {
+        /// The successor.
+        for_identity: String,
+        /// The fencing counter's value when it was reserved.
+        fence: u64,
+        /// Time until the reservation expires; `None` when the key has no TTL.
+        remaining: Option<Duration>,
+    },
+}
+
+impl Observed {
+    /// The holder, when a term holds the lease.
+    pub fn holder(&self) -> Option<&Holder> {
+        match self {
+            Observed::Held(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Time until the lease may be free: zero when vacant, `None` when the key has no TTL.
+    pub fn remaining(&self) -> Option<Duration> {
+        match self {
+            Observed::Vacant => Some(Duration::ZERO),
+            Observed::Quarantined { remaining, .. } | Observed::Reserved { remaining, .. } => {
+                *remaining
+            }
+            Observed::Held(h) => h.remaining,
+        }
+    }
+
+    /// The lease as one hash of `lua/acquire.lua`: `holder`, `fence`, `address`,
+    /// `reserved_for`, and its PTTL in ms (negative: no TTL).
+    pub(crate) fn from_fields(
+        holder: String,
+        fence: u64,
+        address: String,
+        reserved_for: String,
+        ttl_ms: i64,
+    ) -> Self {
+        let remaining = (ttl_ms >= 0).then(|| Duration::from_millis(ttl_ms as u64));
+        if !holder.is_empty() {
+            Observed::Held(Holder {
+                holder,
+                fence,
+                remaining,
+                address: (!address.is_empty()).then_some(address),
+            })
+        } else if !reserved_for.is_empty() {
+            Observed::Reserved {
+                for_identity: reserved_for,
+                fence,
+                remaining,
+            }
+        } else {
+            Observed::Quarantined { fence, remaining }
+        }
+    }
+}
+
+impl std::fmt::Display for Observed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: &Option<Duration>| d.map_or(-1, |d| d.as_millis() as i64);
+        match self {
+            Observed::Vacant => write!(f, "vacant"),
+            Observed::Quarantined { fence, remaining } => {
+                write!(f, "quarantined (fence {fence}, {}ms left)", ms(remaining))
+            }
+            Observed::Held(h) => write!(
+                f,
+                "held by {} (fence {}, {}ms left)",
+                h.holder,
+                h.fence,
+                ms(&h.remaining)
+            ),
+            Observed::Reserved {
+                for_identity,
+                remaining,
+                ..
+            } => write!(f, "reserved for {for_identity} ({}ms left)", ms(remaining)),
+        }
     }
 }
 
@@ -130,16 +222,16 @@ impl Holder {
 pub enum Acquire {
     /// The lease is ours for a new term.
     Acquired(Term),
-    /// Someone else holds it (or it is quarantined).
-    Held(Holder),
+    /// The lease is not ours: what the attempt saw instead (held, quarantined, reserved).
+    Denied(Observed),
 }
 
 /// Errors of lease operations, each one a caller can act on.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LeaseError {
     /// The lease is held by someone else (from [`crate::lock::Locker::try_lock`]).
-    #[error("lease is held by {} (fence {}, {}ms left)", .0.holder.as_deref().unwrap_or("nobody: quarantined"), .0.fence, .0.remaining.map_or(-1, |d| d.as_millis() as i64))]
-    Held(Holder),
+    #[error("lease is {0}")]
+    Held(Observed),
     /// The lease no longer belongs to this term: it expired or was taken over.
     #[error("lease lost: it is no longer held by this term")]
     Lost,
@@ -149,8 +241,8 @@ pub enum LeaseError {
     /// Waiting for the lease ran past the caller's deadline.
     #[error("timed out waiting for the lease")]
     Timeout {
-        /// Who held it at the last attempt, if anyone answered.
-        last_holder: Option<Holder>,
+        /// What the last attempt saw, if anyone answered.
+        last_seen: Option<Observed>,
     },
     /// The lease key holds data that is not ours (another type under our name).
     #[error("key {key} holds a value of another type; leaderd will not touch it (delete or rename it, or change redis.key_prefix or name)")]

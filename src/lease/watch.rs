@@ -5,9 +5,8 @@ use tokio::sync::watch;
 use super::LeaseClient;
 
 impl LeaseClient {
-    /// Subscribes to the release channel. The returned watch changes on every release (and on
-    /// every resubscription, since a release may have been missed meanwhile).
-    pub fn watch_releases(&self) -> ReleaseWatch {
+    /// Subscribes to the release channel (see [`super::Lease::watch_releases`]).
+    pub(super) fn subscribe_releases(&self) -> ReleaseWatch {
         let (tx, rx) = watch::channel(0u64);
         let connector = self.endpoint.connector().clone();
         let channel = self.keys.released.clone();

@@ -8,38 +8,26 @@ use tokio::time::Instant;
 
 use super::RedlockClient;
 use crate::conn::{FailureKind, RedisFailure};
-use crate::lease::{new_token, Acquire, Holder, LeaseError, Term};
+use crate::lease::{new_token, Acquire, LeaseError, Observed, Term};
 
 /// What one node answered to an acquire.
 enum Vote {
     Granted(u64),
-    Held(Holder),
+    Held(Observed),
     Failed(LeaseError),
 }
 
 impl RedlockClient {
-    /// One attempt to take the lease on a majority for a new term, answering who holds it
-    /// otherwise.
+    /// One attempt to take the lease on a majority for a new term ([`Lease::try_acquire`]),
+    /// with each node's timeout capped at `budget`. The attempt takes one round to every
+    /// node, a second round to the granting nodes to confirm the fence, and on failure one
+    /// more to take the grants back.
     ///
-    /// # Errors
-    /// `Unavailable` when fewer than a majority of nodes answered, or the attempt won a
-    /// majority but could not confirm its fence on one or outlived its validity (it is then
+    /// Errors: `Unavailable` when fewer than a majority of nodes answered, or the attempt won
+    /// a majority but could not confirm its fence on one or outlived its validity (it is then
     /// taken back everywhere); `WrongType` when every node holds someone else's data.
-    pub async fn try_acquire(&self) -> Result<Acquire, LeaseError> {
-        self.try_acquire_within(None).await
-    }
-
-    /// [`try_acquire`](Self::try_acquire) with each node's timeout capped at `timeout`. The
-    /// attempt takes one round to every node, a second round to the granting nodes to
-    /// confirm the fence, and on failure one more to take the grants back.
-    ///
-    /// # Errors
-    /// As `try_acquire`.
-    pub async fn try_acquire_within(
-        &self,
-        timeout: Option<Duration>,
-    ) -> Result<Acquire, LeaseError> {
-        let t = self.per_node(timeout);
+    pub(super) async fn acquire_round(&self, budget: Duration) -> Result<Acquire, LeaseError> {
+        let t = self.per_node(budget);
         let q = self.quorum();
         let token = new_token();
         let sent = Instant::now();
@@ -67,13 +55,9 @@ impl RedlockClient {
     async fn vote(&self, token: &str, t: Duration) -> Vec<Vote> {
         let votes = self
             .all(|node| async move {
-                match node
-                    .lease
-                    .try_acquire_with_token(token.to_owned(), Some(t))
-                    .await
-                {
+                match node.lease.try_acquire_with_token(token.to_owned(), t).await {
                     Ok(Acquire::Acquired(term)) => Vote::Granted(term.fence),
-                    Ok(Acquire::Held(holder)) => Vote::Held(holder),
+                    Ok(Acquire::Denied(seen)) => Vote::Held(seen),
                     Err(err) => Vote::Failed(err),
                 }
             })
@@ -154,7 +138,7 @@ impl RedlockClient {
         if free + held.len() < q {
             return Err(self.unavailable("acquire", free + held.len(), &errors));
         }
-        Ok(Acquire::Held(self.summarize(&held, free)))
+        Ok(Acquire::Denied(self.summarize(&held, free)))
     }
 
     async fn undo(&self, token: &str, which: &[usize], t: Duration) {
@@ -181,18 +165,7 @@ impl RedlockClient {
                 sent.elapsed().as_millis()
             ),
             code: None,
+            source: None,
         })
-    }
-
-    /// Waits until the lease is ours or `deadline` passes, like
-    /// [`LeaseClient::acquire`](crate::lease::LeaseClient::acquire): between attempts it
-    /// sleeps until a majority may be free, or a jittered `retry` if sooner, and wakes at
-    /// once when a release is published.
-    ///
-    /// # Errors
-    /// `Timeout` (with the last holder seen) when the deadline passes; `WrongType` at once;
-    /// other errors are retried until the deadline.
-    pub async fn acquire(&self, deadline: Instant, retry: Duration) -> Result<Term, LeaseError> {
-        crate::lease::wait_for_lease(self, deadline, retry).await
     }
 }

@@ -33,6 +33,7 @@ impl RedlockClient {
                 kind: FailureKind::Timeout,
                 cause: "redlock acquire: confirming the fence outlasted the lease validity".into(),
                 code: None,
+                source: None,
             }));
         }
         if confirmed >= self.quorum() {

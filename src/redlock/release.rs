@@ -7,31 +7,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::RedlockClient;
-use crate::lease::{LeaseError, ReleaseWatch, Term};
+use crate::lease::{Lease, LeaseError, ReleaseWatch, Term};
 
 impl RedlockClient {
-    /// Deletes the term's lease on every node (each publishes the release). Returns false
-    /// when no node held it any more.
-    ///
-    /// # Errors
-    /// `Unavailable` when no node answered.
-    pub async fn release(&self, term: &Term) -> Result<bool, LeaseError> {
-        self.release_within(term, None).await
-    }
-
-    /// [`release`](Self::release) with each node's timeout capped at `timeout`.
-    ///
-    /// # Errors
-    /// As `release`.
-    pub async fn release_within(
-        &self,
-        term: &Term,
-        timeout: Option<Duration>,
-    ) -> Result<bool, LeaseError> {
-        self.release_token(&term.token, self.per_node(timeout))
-            .await
-    }
-
+    /// Deletes the lease of `token` on every node (each publishes the release). Returns
+    /// false when no node held it any more; `Unavailable` when no node answered.
     pub(super) async fn release_token(&self, token: &str, t: Duration) -> Result<bool, LeaseError> {
         let term = Term {
             token: token.to_owned(),
@@ -41,9 +21,7 @@ impl RedlockClient {
             valid_until: Instant::now(),
             valid_until_wall: SystemTime::now(),
         };
-        let answers = self
-            .all(|node| node.lease.release_within(&term, Some(t)))
-            .await;
+        let answers = self.all(|node| node.lease.release(&term, t)).await;
         let mut released = false;
         let mut answered = 0;
         let mut errors = Vec::new();
@@ -65,7 +43,7 @@ impl RedlockClient {
 
     /// One watch over the release channels of every node: it changes whenever any node
     /// publishes a release (or resubscribes). Dropping it stops the listeners.
-    pub fn watch_releases(&self) -> ReleaseWatch {
+    pub(super) fn watch_all_releases(&self) -> ReleaseWatch {
         let (tx, rx) = watch::channel(0u64);
         let mut watches: Vec<ReleaseWatch> = self
             .nodes

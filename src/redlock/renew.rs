@@ -7,30 +7,29 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use super::RedlockClient;
-use crate::lease::{Acquire, LeaseError, Term};
+use crate::lease::{Acquire, Lease, LeaseError, Term};
 
 impl RedlockClient {
-    /// Extends the term on every node; when a majority extended it, moves
+    /// Extends the term on every node ([`Lease::renew`]); when a majority extended it, moves
     /// `term.valid_until` to `t_send + lease_duration - drift` of this round, and takes the
     /// lease back on nodes where it is free again (see the module docs).
     ///
-    /// # Errors
-    /// `Lost` when a majority says the lease is gone or another term's (no majority can
-    /// extend it any more); `Unavailable` otherwise (retry until the renew deadline). A
+    /// Errors: `Lost` when a majority says the lease is gone or another term's (no majority
+    /// can extend it any more); `Unavailable` otherwise (retry until the renew deadline). A
     /// failed renew releases nothing. On error `term` is unchanged.
-    pub async fn renew(
+    pub(super) async fn renew_round(
         &self,
         term: &mut Term,
-        timeout: Option<Duration>,
+        budget: Duration,
     ) -> Result<(), LeaseError> {
-        let t = self.per_node(timeout);
+        let t = self.per_node(budget);
         let q = self.quorum();
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
         let answers = self
             .all(|node| {
                 let mut copy = term.clone();
-                async move { node.lease.renew(&mut copy, Some(t)).await }
+                async move { node.lease.renew(&mut copy, t).await }
             })
             .await;
         let mut extended = 0;
@@ -81,7 +80,7 @@ impl RedlockClient {
             let node = &self.nodes[i];
             let regained = node
                 .lease
-                .try_acquire_with_token(term.token.clone(), Some(t))
+                .try_acquire_with_token(term.token.clone(), t)
                 .await;
             if let Ok(Acquire::Acquired(_)) = regained {
                 let _ = self.raise_fence(node, &term.token, term.fence, t).await;

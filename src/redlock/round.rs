@@ -10,7 +10,7 @@ use futures::future::join_all;
 
 use super::{Node, RedlockClient};
 use crate::conn::{FailureKind, RedisFailure};
-use crate::lease::{Holder, LeaseError};
+use crate::lease::{Holder, LeaseError, Observed};
 
 impl RedlockClient {
     /// Runs `f` on every node at once and waits for all of them (each is bounded by the
@@ -23,44 +23,64 @@ impl RedlockClient {
         join_all(self.nodes.iter().map(f)).await
     }
 
-    /// The holder to report when no attempt won: the most common holder among the nodes
-    /// that hold the lease, if it can be leading (with the nodes that did not answer, it may
-    /// hold a majority), with its highest fence; otherwise nobody (`holder: None`, shown as
-    /// quarantined: nobody can lead now), with the quarantine's fence if any. `remaining` is
+    /// What to report when no attempt won, from the nodes that are not free (`held`): the
+    /// most common holder, if it can be leading (with the nodes that did not answer, it may
+    /// hold a majority), with its highest fence; likewise a reservation; otherwise
+    /// quarantined (nobody can lead now), with the quarantine's fence if any. `remaining` is
     /// the time until a majority of nodes may be free (`free` nodes are free now; a node that
     /// did not answer or has no TTL never is).
-    pub(super) fn summarize(&self, held: &[Holder], free: usize) -> Holder {
+    pub(super) fn summarize(&self, held: &[Observed], free: usize) -> Observed {
         let n = self.nodes.len();
         let q = self.quorum();
         let silent = n.saturating_sub(free + held.len());
-        let mut groups: HashMap<Option<&str>, (usize, u64)> = HashMap::new();
-        for h in held {
-            let g = groups.entry(h.holder.as_deref()).or_insert((0, 0));
+        // (is a reservation, identity) -> (count, highest fence, an address)
+        let mut groups: HashMap<(bool, &str), (usize, u64, Option<&str>)> = HashMap::new();
+        let mut quarantine_fence = None;
+        for seen in held {
+            let (key, fence, address) = match seen {
+                Observed::Held(h) => ((false, h.holder.as_str()), h.fence, h.address.as_deref()),
+                Observed::Reserved {
+                    for_identity,
+                    fence,
+                    ..
+                } => ((true, for_identity.as_str()), *fence, None),
+                Observed::Quarantined { fence, .. } => {
+                    quarantine_fence = Some(quarantine_fence.unwrap_or(0).max(*fence));
+                    continue;
+                }
+                Observed::Vacant => continue,
+            };
+            let g = groups.entry(key).or_insert((0, 0, None));
             g.0 += 1;
-            g.1 = g.1.max(h.fence);
+            g.1 = g.1.max(fence);
+            g.2 = g.2.or(address);
         }
-        let leading = groups
-            .iter()
-            .filter(|(who, (count, _))| who.is_some() && count + silent >= q)
-            .max_by_key(|(who, (count, _))| (*count, **who));
-        let (holder, fence) = match leading {
-            Some((who, (_, fence))) => (who.map(str::to_owned), *fence),
-            None => (None, groups.get(&None).map_or(0, |g| g.1)),
-        };
         let mut free_at: Vec<Option<Duration>> = vec![Some(Duration::ZERO); free];
-        free_at.extend(held.iter().map(|h| h.remaining));
+        free_at.extend(held.iter().map(Observed::remaining));
         free_at.resize(n, None);
         // `None` (never) sorts after every `Some` with this key.
         free_at.sort_by_key(|d| (d.is_none(), *d));
-        let address = held
+        let remaining = free_at[q - 1];
+        let leading = groups
             .iter()
-            .find(|h| h.holder.is_some() && h.holder == holder && h.fence == fence)
-            .and_then(|h| h.address.clone());
-        Holder {
-            holder,
-            fence,
-            remaining: free_at[q - 1],
-            address,
+            .filter(|(_, (count, _, _))| count + silent >= q)
+            .max_by_key(|((reserved, who), (count, _, _))| (!*reserved, *count, *who));
+        match leading {
+            Some(((false, who), (_, fence, address))) => Observed::Held(Holder {
+                holder: (*who).to_owned(),
+                fence: *fence,
+                remaining,
+                address: address.map(str::to_owned),
+            }),
+            Some(((true, who), (_, fence, _))) => Observed::Reserved {
+                for_identity: (*who).to_owned(),
+                fence: *fence,
+                remaining,
+            },
+            None => Observed::Quarantined {
+                fence: quarantine_fence.unwrap_or(0),
+                remaining,
+            },
         }
     }
 
@@ -145,10 +165,6 @@ impl RedlockClient {
         if !details.is_empty() {
             cause += &format!(" ({})", details.join("; "));
         }
-        LeaseError::Unavailable(RedisFailure {
-            kind,
-            cause,
-            code: None,
-        })
+        LeaseError::Unavailable(RedisFailure::new(kind, cause))
     }
 }

@@ -1,6 +1,8 @@
 //! Node counts, timeouts, the reported holder and the errors, without Redis.
 
 use super::*;
+use crate::conn::{FailureKind, RedisFailure};
+use crate::lease::Holder;
 
 fn client(n: usize) -> RedlockClient {
     let urls: Vec<String> = (0..n)
@@ -10,12 +12,24 @@ fn client(n: usize) -> RedlockClient {
         .expect("client")
 }
 
-fn held(who: Option<&str>, fence: u64, ms: Option<u64>) -> Holder {
-    Holder {
-        holder: who.map(str::to_owned),
-        fence,
-        remaining: ms.map(Duration::from_millis),
-        address: None,
+fn held(who: Option<&str>, fence: u64, ms: Option<u64>) -> Observed {
+    let remaining = ms.map(Duration::from_millis);
+    match who {
+        Some(who) => Observed::Held(Holder {
+            holder: who.to_owned(),
+            fence,
+            remaining,
+            address: None,
+        }),
+        None => Observed::Quarantined { fence, remaining },
+    }
+}
+
+fn who(seen: &Observed) -> (Option<&str>, u64) {
+    match seen {
+        Observed::Held(h) => (Some(h.holder.as_str()), h.fence),
+        Observed::Quarantined { fence, .. } => (None, *fence),
+        other => panic!("unexpected {other:?}"),
     }
 }
 
@@ -41,10 +55,10 @@ fn node_timeout_is_a_tenth_of_the_lease_at_most() {
     let c = client(3);
     assert_eq!(c.node_timeout(), Duration::from_millis(500));
     assert_eq!(
-        c.per_node(Some(Duration::from_millis(100))),
+        c.per_node(Duration::from_millis(100)),
         Duration::from_millis(100)
     );
-    assert_eq!(c.per_node(Some(Duration::from_secs(5))), c.node_timeout());
+    assert_eq!(c.per_node(Duration::from_secs(5)), c.node_timeout());
 }
 
 #[test]
@@ -64,28 +78,37 @@ fn summary_reports_the_majority_holder_and_when_a_majority_frees() {
         &[held(Some("a"), 9, Some(500)), held(Some("a"), 9, Some(700))],
         0,
     );
-    assert_eq!(h.remaining, Some(Duration::from_millis(700)));
+    assert_eq!(h.remaining(), Some(Duration::from_millis(700)));
     // A split vote: nobody can be leading; a majority frees with the sooner of the others.
     let h = c.summarize(
         &[held(Some("b"), 3, Some(400)), held(None, 5, Some(300))],
         1,
     );
-    assert_eq!((h.holder, h.fence), (None, 5));
-    assert_eq!(h.remaining, Some(Duration::from_millis(300)));
+    assert_eq!(who(&h), (None, 5));
+    assert_eq!(h.remaining(), Some(Duration::from_millis(300)));
     let h = c.summarize(
         &[held(Some("x"), 3, Some(400)), held(Some("y"), 4, None)],
         1,
     );
-    assert_eq!((h.holder, h.fence), (None, 0));
+    assert_eq!(who(&h), (None, 0));
     // Seen on one node, one silent: it may hold a majority; with the free node, a
     // majority frees when it does.
     let h = c.summarize(&[held(Some("a"), 3, Some(400))], 1);
-    assert_eq!((h.holder.as_deref(), h.fence), (Some("a"), 3));
-    assert_eq!(h.remaining, Some(Duration::from_millis(400)));
+    assert_eq!(who(&h), (Some("a"), 3));
+    assert_eq!(h.remaining(), Some(Duration::from_millis(400)));
     // Quarantined on a majority.
     let h = c.summarize(&[held(None, 5, Some(300)), held(None, 6, Some(300))], 1);
-    assert!(h.is_quarantined());
-    assert_eq!(h.fence, 6);
+    assert_eq!(who(&h), (None, 6));
+    // A reservation seen on a majority is reported as such.
+    let reserved = Observed::Reserved {
+        for_identity: "b".into(),
+        fence: 4,
+        remaining: Some(Duration::from_millis(200)),
+    };
+    let h = c.summarize(&[reserved.clone(), reserved], 1);
+    assert!(
+        matches!(h, Observed::Reserved { ref for_identity, fence: 4, .. } if for_identity == "b")
+    );
 }
 
 #[test]
@@ -100,13 +123,7 @@ fn errors_name_the_nodes_without_credentials() {
         spec,
     )
     .unwrap();
-    let failure = |kind| {
-        LeaseError::Unavailable(RedisFailure {
-            kind,
-            cause: "refused".into(),
-            code: None,
-        })
-    };
+    let failure = |kind| LeaseError::Unavailable(RedisFailure::new(kind, "refused"));
     let err = c.unavailable(
         "acquire",
         1,

@@ -80,3 +80,42 @@ pub const DOC_KEYS: [&str; 14] = [
     "healthy",
     "leader_address",
 ];
+
+/// A new random term token (128 bits as 32 hex digits), as the lease makes them.
+pub fn new_token() -> String {
+    let a: u64 = rand_u64();
+    let b: u64 = rand_u64();
+    format!("{a:016x}{b:016x}")
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Who holds the lease in `seen` (`None`: vacant, quarantined or reserved).
+pub fn held_by(seen: &leaderd::Observed) -> Option<&str> {
+    seen.holder().map(|h| h.holder.as_str())
+}
+
+/// The fence `seen` shows: the holder's, or the placeholder's counter; 0 when vacant.
+pub fn fence_of(seen: &leaderd::Observed) -> u64 {
+    match seen {
+        leaderd::Observed::Vacant => 0,
+        leaderd::Observed::Held(h) => h.fence,
+        leaderd::Observed::Quarantined { fence, .. }
+        | leaderd::Observed::Reserved { fence, .. } => *fence,
+    }
+}

@@ -8,12 +8,12 @@
 
 use redis::Script;
 
+use super::LeaseKeys;
 use crate::conn::{Endpoint, FailureKind, RedisFailure};
-use crate::lease::LeaseKeys;
 
 /// Which of the lease scripts failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseScript {
+pub(crate) enum LeaseScript {
     /// `lua/acquire.lua`.
     Acquire,
     /// `lua/renew.lua`.
@@ -75,7 +75,7 @@ return denied
 
 /// True when `failure` is Redis refusing a command run inside a script for lack of an ACL
 /// permission.
-pub fn is_script_denial(failure: &RedisFailure) -> bool {
+pub(crate) fn is_script_denial(failure: &RedisFailure) -> bool {
     failure
         .cause
         .contains("can't run this command or subcommand")
@@ -84,7 +84,7 @@ pub fn is_script_denial(failure: &RedisFailure) -> bool {
 /// For a script refused by the ACL, the same failure as kind `auth` with a cause that names
 /// the commands (and keys) the user lacks; other failures unchanged. A top-level refusal
 /// (`NOPERM`, which names the command itself) gets a pointer to the minimal ACL.
-pub async fn explain(
+pub(crate) async fn explain(
     endpoint: &Endpoint,
     keys: &LeaseKeys,
     script: LeaseScript,
@@ -127,5 +127,6 @@ pub async fn explain(
         kind: FailureKind::Auth,
         cause: format!("{what}; {HINT}"),
         code: Some("NOPERM".into()),
+        source: failure.source,
     }
 }

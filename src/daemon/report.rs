@@ -1,5 +1,6 @@
-//! How the elector tells the world: the state channel, the metrics, the progress marker for
-//! `/healthz`, and the log lines with their `event` fields.
+//! How the daemon shows what the elector does: its [`ElectionEvents`] feed the state
+//! channel, the metrics, the progress marker for `/healthz`, and the log lines with their
+//! `event` fields.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -7,10 +8,18 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{now_ms, view, with_phase, StepDown};
-use crate::lease::{unix_ms, Holder, LeaseError, Term};
+use crate::election::{AcquireResult, ElectionEvents, RenewResult, StepDown};
+use crate::lease::{unix_ms, LeaseError, Observed, Term};
 use crate::metrics::Metrics;
-use crate::state::{Phase, Progress, Snapshot};
+use crate::state::{Phase, Progress, Snapshot, TermView};
+
+fn now_ms() -> u64 {
+    unix_ms(SystemTime::now())
+}
+
+fn with_phase(snapshot: &mut Snapshot, phase: Phase) {
+    snapshot.set_phase(phase);
+}
 
 /// A repeated Redis error is logged at most this often.
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
@@ -28,7 +37,7 @@ type Seen = (Option<String>, Option<u64>);
 
 /// Publishes what the elector does. Cheap to clone.
 #[derive(Clone)]
-pub struct Reporter {
+pub(crate) struct Reporter {
     state: Arc<watch::Sender<Snapshot>>,
     metrics: Arc<Metrics>,
     progress: Progress,
@@ -50,7 +59,7 @@ pub(crate) struct Outputs {
 
 impl Reporter {
     /// A reporter for the replica `identity`.
-    pub fn new(
+    pub(crate) fn new(
         identity: &str,
         state: Arc<watch::Sender<Snapshot>>,
         metrics: Arc<Metrics>,
@@ -79,24 +88,15 @@ impl Reporter {
         }
     }
 
-    /// An attempt (acquire, observe) has finished, successfully or not.
-    pub fn attempted(&self) {
-        self.progress.touch();
-    }
-
-    /// Counts an acquire attempt.
-    pub fn acquire_result(&self, result: &str) {
-        self.metrics.acquire_attempt(result);
-    }
-
-    /// A follower saw who holds the lease (a quarantined lease has no leader).
-    pub fn observed(&self, holder: &Holder) {
+    /// A follower saw what holds the lease (a quarantined or reserved lease has no leader).
+    fn follower_saw(&self, seen: &Observed) {
         self.recovered();
         if let Some(proxy) = &self.outputs.proxy {
-            proxy.leader_seen(holder.remaining);
+            proxy.leader_seen(seen.remaining());
         }
-        let leader = holder.holder.clone();
-        let fence = leader.as_ref().map(|_| holder.fence);
+        let holder = seen.holder();
+        let leader = holder.map(|h| h.holder.clone());
+        let fence = holder.map(|h| h.fence);
         let changed = {
             let mut seen = self.first_seen.lock().expect("reporter lock");
             let now = (leader.clone(), fence);
@@ -109,7 +109,7 @@ impl Reporter {
                 event = "leader_changed",
                 leader = leader.as_deref(),
                 fence,
-                quarantined = holder.is_quarantined() && holder.remaining.is_some(),
+                quarantined = matches!(seen, Observed::Quarantined { .. }),
                 "leader is {}",
                 leader.as_deref().unwrap_or("nobody")
             );
@@ -125,7 +125,7 @@ impl Reporter {
             }
             s.leader = leader;
             s.fence = fence;
-            s.leader_address = holder.address.clone();
+            s.leader_address = holder.and_then(|h| h.address.clone());
             if *s != before {
                 s.observed_at = SystemTime::now();
                 return true;
@@ -135,7 +135,7 @@ impl Reporter {
     }
 
     /// A Redis call failed: count it, log it (rate-limited), and leave `starting`.
-    pub fn redis_failed(&self, err: &LeaseError) {
+    fn failed(&self, err: &LeaseError) {
         if let Some(kind) = err.redis_kind() {
             self.metrics.redis_error(kind);
         }
@@ -177,8 +177,35 @@ impl Reporter {
         }
     }
 
+    /// Records whether the local service is healthy.
+    pub(crate) fn set_healthy(&self, healthy: bool) {
+        self.state.send_if_modified(|s| {
+            let changed = s.healthy != healthy;
+            s.healthy = healthy;
+            changed
+        });
+    }
+}
+
+impl ElectionEvents for Reporter {
+    fn attempted(&self) {
+        self.progress.touch();
+    }
+
+    fn acquire_result(&self, result: AcquireResult) {
+        self.metrics.acquire_attempt(result);
+    }
+
+    fn observed(&self, seen: &Observed) {
+        self.follower_saw(seen);
+    }
+
+    fn redis_failed(&self, err: &LeaseError) {
+        self.failed(err);
+    }
+
     /// A term has begun: publish it and log `acquired`.
-    pub fn acquired(&self, term: &Term) {
+    fn acquired(&self, term: &Term) {
         self.recovered();
         self.metrics.transition();
         *self.first_seen.lock().expect("reporter lock") =
@@ -187,7 +214,7 @@ impl Reporter {
             with_phase(s, Phase::Leader);
             s.leader = Some(self.identity.clone());
             s.fence = Some(term.fence);
-            s.term = Some(view(term));
+            s.term = Some(TermView::from(term));
             s.leader_address = self.outputs.advertise.clone();
         });
         tracing::info!(
@@ -206,24 +233,16 @@ impl Reporter {
     }
 
     /// Counts a renew and its round trip.
-    pub fn renew_result(&self, outcome: &Result<(), LeaseError>, took: Duration) {
-        let result = match outcome {
-            Ok(()) => "ok",
-            Err(LeaseError::Lost) => "lost",
-            Err(err) => {
-                self.redis_failed(err);
-                "error"
-            }
-        };
+    fn renew_result(&self, result: RenewResult, took: Duration) {
         self.metrics.renewal(result, took);
     }
 
     /// The term's validity moved forward: publish it (the file is rewritten) and log
     /// `renewed` at DEBUG.
-    pub fn renewed(&self, term: &Term) {
+    fn renewed(&self, term: &Term) {
         self.recovered();
         self.state.send_modify(|s| {
-            s.term = Some(view(term));
+            s.term = Some(TermView::from(term));
             s.observed_at = SystemTime::now();
         });
         tracing::debug!(
@@ -235,7 +254,7 @@ impl Reporter {
     }
 
     /// Stop claiming: publish `stepping_down` (not leader), then log `stepped_down`.
-    pub fn stepped_down(&self, term: &Term, reason: StepDown) {
+    fn stepped_down(&self, term: &Term, reason: StepDown) {
         self.state.send_modify(|s| {
             with_phase(s, Phase::SteppingDown);
             s.leader = None;
@@ -243,7 +262,7 @@ impl Reporter {
             s.leader_address = None;
         });
         *self.first_seen.lock().expect("reporter lock") = None;
-        self.metrics.step_down(reason.as_str());
+        self.metrics.step_down(reason);
         tracing::info!(
             event = "stepped_down",
             fence = term.fence,
@@ -255,9 +274,10 @@ impl Reporter {
         );
     }
 
-    /// The claim is over and the work has stopped: the proxy's local connections are closed
-    /// (waited for), then `on_stepped_down` is queued. Called before the release.
-    pub(crate) async fn claim_over(&self, term: &Term, reason: StepDown) {
+    /// The claim is over and the work (the child) has stopped: the proxy's local
+    /// connections are closed (waited for; the elector releases after this), then
+    /// `on_stepped_down` is queued.
+    async fn work_stopped(&self, term: &Term, reason: StepDown) {
         if let Some(gate) = &self.outputs.proxy {
             gate.end_term(term.fence).await;
         }
@@ -268,31 +288,17 @@ impl Reporter {
     }
 
     /// The lease was released (or was no longer ours).
-    pub fn released(&self, term: &Term) {
+    fn released(&self, term: &Term) {
         tracing::info!(event = "released", fence = term.fence, "released the lease");
     }
 
     /// The elector has finished.
-    pub fn stopped(&self) {
+    fn stopped(&self) {
         self.state.send_modify(|s| {
             with_phase(s, Phase::Stopped);
             s.leader = None;
             s.fence = None;
             s.leader_address = None;
-        });
-    }
-
-    /// The current snapshot.
-    pub fn snapshot(&self) -> Snapshot {
-        self.state.borrow().clone()
-    }
-
-    /// Records whether the local service is healthy.
-    pub fn set_healthy(&self, healthy: bool) {
-        self.state.send_if_modified(|s| {
-            let changed = s.healthy != healthy;
-            s.healthy = healthy;
-            changed
         });
     }
 }

@@ -1,0 +1,103 @@
+//! The configured backend: one type for "the lease of this [`RedisSpec`]", whichever mode
+//! it names, so that callers dispatch nowhere.
+
+use std::time::Duration;
+
+use crate::connector::{ConnectError, RedisSpec, Topology};
+use crate::lease::{
+    Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, ReleaseWatch, Term,
+};
+use crate::redlock::RedlockClient;
+
+/// The lease on the Redis a [`RedisSpec`] names: one server, the Sentinel master or a
+/// cluster through [`LeaseClient`], or independent masters through [`RedlockClient`].
+pub enum Backend {
+    /// Mode single, sentinel or cluster.
+    Redis(LeaseClient),
+    /// Mode redlock.
+    Redlock(RedlockClient),
+}
+
+impl Backend {
+    /// The backend for `lease` on the Redis of `redis`. Nothing is sent until the first
+    /// operation.
+    ///
+    /// # Errors
+    /// A [`ConnectError`] naming the setting that is wrong (a URL, the number of Redlock
+    /// nodes, a TLS file).
+    pub fn connect(redis: &RedisSpec, lease: LeaseSpec) -> Result<Backend, ConnectError> {
+        match &redis.topology {
+            Topology::Redlock { urls } => {
+                if redis.min_replicas_ack > 0 {
+                    return Err(ConnectError::ReplicasWithRedlock(redis.min_replicas_ack));
+                }
+                let clients = urls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, url)| redis.client_for_url(url, &format!("redis.urls[{i}]")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                RedlockClient::with_clients(clients, lease).map(Backend::Redlock)
+            }
+            _ => {
+                let timeouts = (lease.connect_timeout, lease.command_timeout);
+                let connector = redis.connector(timeouts)?;
+                Ok(Backend::Redis(LeaseClient::with_connector(
+                    connector,
+                    lease,
+                    redis.min_replicas_ack,
+                )))
+            }
+        }
+    }
+}
+
+impl Lease for Backend {
+    fn spec(&self) -> &LeaseSpec {
+        match self {
+            Backend::Redis(l) => l.spec(),
+            Backend::Redlock(l) => l.spec(),
+        }
+    }
+
+    fn default_budget(&self) -> Duration {
+        match self {
+            Backend::Redis(l) => l.default_budget(),
+            Backend::Redlock(l) => l.default_budget(),
+        }
+    }
+
+    async fn try_acquire(&self, budget: Duration) -> Result<Acquire, LeaseError> {
+        match self {
+            Backend::Redis(l) => l.try_acquire(budget).await,
+            Backend::Redlock(l) => l.try_acquire(budget).await,
+        }
+    }
+
+    async fn renew(&self, term: &mut Term, budget: Duration) -> Result<(), LeaseError> {
+        match self {
+            Backend::Redis(l) => l.renew(term, budget).await,
+            Backend::Redlock(l) => l.renew(term, budget).await,
+        }
+    }
+
+    async fn release(&self, term: &Term, budget: Duration) -> Result<bool, LeaseError> {
+        match self {
+            Backend::Redis(l) => l.release(term, budget).await,
+            Backend::Redlock(l) => l.release(term, budget).await,
+        }
+    }
+
+    async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
+        match self {
+            Backend::Redis(l) => l.observe(budget).await,
+            Backend::Redlock(l) => l.observe(budget).await,
+        }
+    }
+
+    fn watch_releases(&self) -> ReleaseWatch {
+        match self {
+            Backend::Redis(l) => l.watch_releases(),
+            Backend::Redlock(l) => l.watch_releases(),
+        }
+    }
+}

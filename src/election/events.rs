@@ -1,0 +1,112 @@
+//! What the elector reports: one call per transition to an [`ElectionEvents`] the caller
+//! owns (the daemon's metrics, state channel and logs; a library user's own), and the typed
+//! label values of those calls.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::StepDown;
+use crate::lease::{LeaseError, Observed, Term};
+
+/// Receives every transition of the elector, in order. Every method does nothing by
+/// default, so an implementation picks what it needs. Calls are made from the elector's
+/// task and should return quickly.
+pub trait ElectionEvents: Send + Sync {
+    /// An attempt (acquire, observe, renew) has finished, successfully or not.
+    fn attempted(&self) {}
+    /// An acquire attempt ended with `result`.
+    fn acquire_result(&self, _result: AcquireResult) {}
+    /// A follower saw what holds the lease.
+    fn observed(&self, _seen: &Observed) {}
+    /// A Redis call failed.
+    fn redis_failed(&self, _err: &LeaseError) {}
+    /// A term has begun (before the work starts).
+    fn acquired(&self, _term: &Term) {}
+    /// A renew ended with `result` after `took`.
+    fn renew_result(&self, _result: RenewResult, _took: Duration) {}
+    /// The term's validity moved forward.
+    fn renewed(&self, _term: &Term) {}
+    /// The replica has stopped claiming the term (before the work is stopped and before
+    /// any release).
+    fn stepped_down(&self, _term: &Term, _reason: StepDown) {}
+    /// The work of the term has stopped: nothing guarded by the term runs any more. Comes
+    /// after [`stepped_down`](Self::stepped_down) and before any release: the elector
+    /// awaits the returned future (at most [`WORK_STOPPED_LIMIT`](super::WORK_STOPPED_LIMIT))
+    /// before it releases, so whatever must end before a successor can take over (e.g. the
+    /// connections a proxy forwards to this replica) can be finished here.
+    fn work_stopped(&self, _term: &Term, _reason: StepDown) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+    /// The lease was released (or was no longer ours).
+    fn released(&self, _term: &Term) {}
+    /// The elector has finished.
+    fn stopped(&self) {}
+}
+
+/// No events: for callers that only need the return value of [`super::run`].
+pub struct NoEvents;
+
+impl ElectionEvents for NoEvents {}
+
+/// How an acquire attempt ended: the `result` label of `leaderd_acquire_attempts_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AcquireResult {
+    /// A term began.
+    Acquired,
+    /// Someone else holds the lease (or it is quarantined or reserved).
+    Held,
+    /// Redis failed.
+    Error,
+}
+
+impl AcquireResult {
+    /// Every result, in the order the metrics list them.
+    pub const ALL: [AcquireResult; 3] = [
+        AcquireResult::Acquired,
+        AcquireResult::Held,
+        AcquireResult::Error,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AcquireResult::Acquired => "acquired",
+            AcquireResult::Held => "held",
+            AcquireResult::Error => "error",
+        }
+    }
+}
+
+/// How a renew ended: the `result` label of `leaderd_renewals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RenewResult {
+    /// The validity moved forward.
+    Ok,
+    /// The lease is no longer ours.
+    Lost,
+    /// Redis failed; retried until the renew deadline.
+    Error,
+}
+
+impl RenewResult {
+    /// Every result, in the order the metrics list them.
+    pub const ALL: [RenewResult; 3] = [RenewResult::Ok, RenewResult::Lost, RenewResult::Error];
+
+    /// The result of a renew's outcome.
+    pub fn of(outcome: &Result<(), LeaseError>) -> Self {
+        match outcome {
+            Ok(()) => RenewResult::Ok,
+            Err(LeaseError::Lost) => RenewResult::Lost,
+            Err(_) => RenewResult::Error,
+        }
+    }
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RenewResult::Ok => "ok",
+            RenewResult::Lost => "lost",
+            RenewResult::Error => "error",
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The one lease interface: what every backend (one Redis, Sentinel, Cluster, Redlock) does,
+//! each operation within an explicit time budget.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Acquire, LeaseError, LeaseSpec, Observed, ReleaseWatch, Term};
+
+/// A named lease that only its holder can extend or release, with fencing tokens.
+///
+/// Every operation takes a `budget`: the longest it may take, connecting included (Redlock
+/// caps each node's share at its node timeout). [`Lease::default_budget`] is the budget to
+/// use when the caller has none of its own.
+pub trait Lease: Send + Sync + 'static {
+    /// The spec the lease was made with.
+    fn spec(&self) -> &LeaseSpec;
+
+    /// The budget of one operation when the caller has none: the command timeout (the node
+    /// timeout on Redlock).
+    fn default_budget(&self) -> Duration;
+
+    /// One attempt to take the lease for a new term, answering what holds it otherwise.
+    ///
+    /// # Errors
+    /// [`LeaseError::Unavailable`] (with the cause) or [`LeaseError::WrongType`].
+    fn try_acquire(
+        &self,
+        budget: Duration,
+    ) -> impl Future<Output = Result<Acquire, LeaseError>> + Send;
+
+    /// Extends the term's lease by a full lease duration if it is still ours, and moves
+    /// `term.valid_until` forward (counted from when this renew was sent).
+    ///
+    /// # Errors
+    /// [`LeaseError::Lost`] when the lease is gone or another term's; `Unavailable` or
+    /// `WrongType` otherwise. On error `term` is unchanged.
+    fn renew(
+        &self,
+        term: &mut Term,
+        budget: Duration,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send;
+
+    /// Deletes the lease if it is still this term's, and publishes the release so waiting
+    /// candidates contend at once. Returns false when it was no longer ours.
+    ///
+    /// # Errors
+    /// `Unavailable` or `WrongType`.
+    fn release(
+        &self,
+        term: &Term,
+        budget: Duration,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+
+    /// What holds the lease, without contending.
+    ///
+    /// # Errors
+    /// `Unavailable` or `WrongType`.
+    fn observe(
+        &self,
+        budget: Duration,
+    ) -> impl Future<Output = Result<Observed, LeaseError>> + Send;
+
+    /// A watch that changes whenever a release of the lease is published (and at every
+    /// resubscription, since a release may have been missed meanwhile).
+    fn watch_releases(&self) -> ReleaseWatch;
+
+    /// Waits until the lease is ours or `deadline` passes. Between attempts it sleeps until
+    /// the holder's lease runs out in Redis, or a jittered `retry` if sooner, and wakes at
+    /// once when a release is published.
+    ///
+    /// # Errors
+    /// [`LeaseError::Timeout`] (with what was seen last) when the deadline passes;
+    /// `WrongType` at once; Redis errors are retried until the deadline.
+    fn acquire(
+        &self,
+        deadline: Instant,
+        retry: Duration,
+    ) -> impl Future<Output = Result<Term, LeaseError>> + Send
+    where
+        Self: Sized,
+    {
+        super::wait::wait_for_lease(self, deadline, retry)
+    }
+}
