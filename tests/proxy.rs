@@ -1,7 +1,7 @@
 //! The leader-aware proxy with the real daemon, real redis-server and a small TCP service per
 //! replica that greets with its replica's name and echoes: every proxy reaches the leader
 //! through a SIGTERM, a crash and a Redis restart; `on_change: close`; waiting while nobody
-//! leads; half-closes; the connection limit.
+//! leads; half-closes; the connection limit; `on_change: keep`.
 
 mod support;
 
@@ -257,6 +257,50 @@ fn with_on_change_close_connections_to_a_deposed_leader_close_before_its_release
         (rs[l].service.open.load(Ordering::SeqCst) == 0).then_some(())
     })
     .expect("the old leader's service saw its connections close");
+}
+
+#[test]
+fn with_on_change_keep_connections_to_a_deposed_leader_stay_open() {
+    let redis = RedisServer::start();
+    let rs: Vec<Replica> = ["a", "b"]
+        .iter()
+        .map(|id| replica("proxy-keep", id, &redis, "  on_change: keep\n"))
+        .collect();
+    let l = wait_leader(&rs, &[0, 1]);
+    let f = 1 - l;
+    let (old, new) = (
+        rs[l].daemon.identity().to_string(),
+        rs[f].daemon.identity().to_string(),
+    );
+    all_reach(&rs, &[0, 1], &old);
+    let open = |port: u16| {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut greeting = [0u8; 2];
+        c.read_exact(&mut greeting).unwrap();
+        assert_eq!(greeting, format!("{old}\n").as_bytes());
+        c
+    };
+    let mut local = open(rs[l].proxy_port);
+    let mut remote = open(rs[f].proxy_port);
+    rs[l].daemon.signal(Signal::SIGUSR1);
+    wait_until(Duration::from_secs(10), STEP, || leader_of(&rs, &[f]))
+        .expect("the follower leads after the yield");
+    all_reach(&rs, &[0, 1], &new);
+    assert!(
+        rs[l].daemon.events_named("released").len() == 1,
+        "the old leader released"
+    );
+    // Both connections still talk to the deposed leader's service, both ways, half-close too.
+    for (what, conn) in [("local", &mut local), ("remote", &mut remote)] {
+        conn.write_all(b"ping\n")
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        conn.shutdown(Shutdown::Write).unwrap();
+        let mut rest = String::new();
+        conn.read_to_string(&mut rest)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(rest, "ping\nbye\n", "{what} connection was kept");
+    }
 }
 
 #[test]
