@@ -211,9 +211,15 @@ async fn follow<L: Lease, E: ElectionEvents>(
         };
         reporter.attempted();
         let mut wait = match outcome {
-            Ok(Acquire::Acquired(term)) => {
+            // A term whose validity passed before its reply was handled (the process was
+            // paused in between) is never claimed; it runs out in Redis by itself.
+            Ok(Acquire::Acquired(term)) if term.is_valid() => {
                 reporter.acquire_result(AcquireResult::Acquired);
                 return Some(term);
+            }
+            Ok(Acquire::Acquired(_)) => {
+                reporter.acquire_result(AcquireResult::Held);
+                jittered(t.retry_period, t.jitter)
             }
             Ok(Acquire::Denied(seen)) => {
                 failures = 0;
