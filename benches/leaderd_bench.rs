@@ -2,7 +2,7 @@
 //!
 //! Runs leaderd against real `redis-server` processes on loopback and prints the tables of
 //! BENCHMARKS.md; writes them to `target/leaderd-bench/results.md` (and `.json`).
-//! Sections: handover, crash, steady, herd, lock (default: all). `BENCH_LOCK_ONLY=rslock,lease`
+//! Sections: handover, crash, steady, herd, lock, proxy (default: all). `BENCH_LOCK_ONLY=rslock,lease`
 //! limits the lock section to some of floor, rslock, lease, locker.
 
 #[path = "../tests/support/mod.rs"]
@@ -12,6 +12,7 @@ mod bench {
     pub mod cluster;
     pub mod election;
     pub mod lock;
+    pub mod proxy;
     pub mod stats;
 }
 
@@ -20,7 +21,7 @@ use std::process::Command;
 
 use bench::stats::{loadavg, Table};
 
-const SECTIONS: [&str; 5] = ["handover", "crash", "steady", "herd", "lock"];
+const SECTIONS: [&str; 6] = ["handover", "crash", "steady", "herd", "lock", "proxy"];
 
 fn main() {
     let mut quick = false;
@@ -76,6 +77,7 @@ fn main() {
             "herd" => {
                 bench::election::herd(200, if quick { 3 } else { 20 }, &mut tables, &mut json)
             }
+            "proxy" => bench::proxy::run(quick, &mut tables, &mut json),
             _ => unreachable!(),
         }
     }

@@ -273,7 +273,7 @@ fn fail(err: &daemon::DaemonError) -> i32 {
     tracing::error!(event = "fatal", error = %err, "{err}");
     eprintln!("leaderd: {err}");
     match err {
-        daemon::DaemonError::Listen { .. } => EXIT_FAILURE,
+        daemon::DaemonError::Listen { .. } | daemon::DaemonError::ProxyListen(_) => EXIT_FAILURE,
         _ => EXIT_USAGE,
     }
 }
@@ -287,7 +287,8 @@ fn check_config(overrides: &Overrides) -> i32 {
         eprintln!("leaderd: {problem}");
         return EXIT_USAGE;
     }
-    for warning in secret_file_warnings(&config) {
+    let warnings = secret_file_warnings(&config).into_iter();
+    for warning in warnings.chain(daemon::warnings(&config)) {
         eprintln!("leaderd: warning: {warning}");
     }
     print!("{}", config.to_redacted_yaml());

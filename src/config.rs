@@ -8,6 +8,7 @@ mod aliases;
 mod duration;
 mod expand;
 mod keys;
+mod outputs;
 mod redact;
 mod rules;
 mod sections;
@@ -36,6 +37,10 @@ pub struct Config {
     pub exec: ExecConfig,
     /// Section `logging`.
     pub logging: LoggingConfig,
+    /// Section `hooks`: commands run when leadership changes.
+    pub hooks: HooksConfig,
+    /// Section `proxy`: the leader-aware TCP proxy.
+    pub proxy: ProxyConfig,
 }
 
 /// The value of `redis.mode`.
@@ -227,6 +232,45 @@ pub struct PublishConfig {
     pub ready_when: ReadyWhen,
     /// Open HTTP connections (event streams included) past which a new one is closed at once
     /// (default 1024, 1-65535).
+    pub max_connections: u32,
+    /// `host:port` where the other replicas reach this replica's service (None: unset).
+    pub advertise: Option<String>,
+}
+
+/// Commands run (directly, one at a time) when leadership changes; empty: none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HooksConfig {
+    /// Run after this replica began a term.
+    pub on_acquired: Vec<String>,
+    /// Run after this replica's term ended (its claim is over).
+    pub on_stepped_down: Vec<String>,
+    /// Run when this replica sees another leader, or none.
+    pub on_leader_changed: Vec<String>,
+    /// A hook still running then is SIGKILLed with its process group (default 10s).
+    pub timeout: Duration,
+}
+
+/// What happens to the proxied connections of a deposed leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnChange {
+    /// Close them when this replica learns of the change.
+    Close,
+    /// Leave them open.
+    Keep,
+}
+
+/// The leader-aware proxy; `listen` None: no proxy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyConfig {
+    /// Where to accept connections (the empty string: no proxy).
+    pub listen: Option<SocketAddr>,
+    /// This replica's own service, `host:port` (default `127.0.0.1:8080`).
+    pub upstream: Option<String>,
+    /// What happens to connections of a deposed leader (default close).
+    pub on_change: OnChange,
+    /// How long a new connection waits for a leader (default 2s).
+    pub connect_timeout: Duration,
+    /// Connections past this many are closed at once and counted as refused (default 10000).
     pub max_connections: u32,
 }
 

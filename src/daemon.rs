@@ -10,14 +10,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
-use crate::config::{Config, OnExit, OnLost, RedisMode};
+use crate::config::{Config, OnChange, OnExit, OnLost, RedisMode};
 use crate::connector::{ConnectError, RedisSpec, TlsFiles, Topology};
 use crate::election::{self, AfterLoss, AfterWorkExit, Inputs, NoWork, Policy, Timing};
 use crate::lease::{Lease, LeaseSpec};
 use crate::metrics::Metrics;
 use crate::state::{Progress, Snapshot};
 
-pub(crate) use report::Reporter;
+pub(crate) use report::{Outputs, Reporter};
 
 /// Why the daemon could not run at all.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,18 @@ pub enum DaemonError {
         #[source]
         cause: std::io::Error,
     },
+    /// `proxy.listen` cannot be bound (exit 1).
+    #[error(transparent)]
+    ProxyListen(#[from] crate::proxy::ProxyError),
+}
+
+/// What the configuration allows but probably did not mean; one line each, naming the key.
+pub(crate) fn warnings(config: &Config) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if config.proxy.listen.is_some() && config.publish.advertise.is_none() {
+        warnings.push("publish.advertise: not set while proxy.listen is; when this replica leads, the other replicas' proxies cannot reach its service (set it to the HOST:PORT where they reach proxy.upstream)".to_string());
+    }
+    warnings
 }
 
 /// Binds the HTTP address of the configuration, if any.
@@ -91,7 +103,7 @@ pub(crate) fn lease_spec(config: &Config) -> LeaseSpec {
         lease_duration: config.election.lease_duration,
         command_timeout: config.redis.command_timeout,
         connect_timeout: config.redis.connect_timeout,
-        address: None,
+        address: config.publish.advertise.clone(),
     }
 }
 
@@ -137,14 +149,16 @@ pub(crate) async fn run(
     yields: mpsc::Receiver<()>,
 ) -> Result<i32, DaemonError> {
     let lease = Arc::new(backend(&config)?);
-    Ok(run_with(lease, config, listener, shutdown, yields).await)
+    let proxy = crate::proxy::bind(&config).await?;
+    Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)
 }
 
-/// Runs the daemon over any lease.
+/// Runs the daemon over any lease; `proxy` is the bound `proxy.listen`, if any.
 async fn run_with<L: Lease>(
     lease: Arc<L>,
     config: Config,
     listener: Option<TcpListener>,
+    proxy: Option<TcpListener>,
     shutdown: CancellationToken,
     yields: mpsc::Receiver<()>,
 ) -> i32 {
@@ -177,6 +191,26 @@ async fn run_with<L: Lease>(
             state_rx.clone(),
         ))
     });
+    let margin = 2 * config.redis.command_timeout + lease.spec().drift();
+    let gate = crate::proxy::LocalGate::new(config.proxy.on_change == OnChange::Close, margin);
+    let proxy = proxy.map(|listener| {
+        let upstream = config.proxy.upstream.clone().unwrap_or_default();
+        let routes = crate::proxy::follow(state_rx.clone(), gate.remote_until(), upstream);
+        let ctx = crate::proxy::ProxyContext::new(&config, routes, gate.clone(), metrics.clone());
+        tokio::spawn(crate::proxy::serve(listener, ctx, stop_outputs.clone()))
+    });
+    let (hook_sink, hook_runner) = crate::hooks::hooks(&config, metrics.clone());
+    let finish_hooks = CancellationToken::new();
+    let hooks = tokio::spawn(crate::hooks::run_hooks(
+        hook_runner,
+        shutdown.clone(),
+        finish_hooks.clone(),
+    ));
+    let outputs = Outputs {
+        hooks: Some(hook_sink),
+        proxy: proxy.is_some().then_some(gate),
+        advertise: config.publish.advertise.clone(),
+    };
     drop(state_rx);
 
     tracing::info!(
@@ -186,7 +220,11 @@ async fn run_with<L: Lease>(
         "leaderd {} starting",
         env!("CARGO_PKG_VERSION")
     );
-    let reporter = Reporter::new(&config.identity, state_tx, metrics, progress);
+    for warning in warnings(&config) {
+        tracing::warn!(event = "config_warning", "{warning}");
+    }
+    let reporter =
+        Reporter::new(&config.identity, state_tx, metrics, progress).with_outputs(outputs);
     let stop_checks = CancellationToken::new();
     let healthy = crate::health::watch_health(
         config.election.health_check.clone(),
@@ -205,6 +243,8 @@ async fn run_with<L: Lease>(
         election::run(lease, policy(&config), work, inputs, reporter).await
     };
     stop_checks.cancel();
+    finish_hooks.cancel();
+    let _ = hooks.await;
 
     // The elector sent `stopped` and dropped its sender: the file writer ends after
     // writing it. HTTP answers until then.
@@ -214,6 +254,9 @@ async fn run_with<L: Lease>(
     stop_outputs.cancel();
     if let Some(http) = http {
         let _ = http.await;
+    }
+    if let Some(proxy) = proxy {
+        let _ = proxy.await;
     }
     tracing::info!(event = "exited", code, "leaderd stopped");
     code

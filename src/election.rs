@@ -130,6 +130,10 @@ impl StepDown {
     }
 }
 
+/// The longest the elector waits for [`ElectionEvents::work_stopped`] before it releases:
+/// a slow events implementation delays the successor by at most this much.
+pub const WORK_STOPPED_LIMIT: Duration = Duration::from_secs(2);
+
 /// Inputs of the elector besides the lease.
 pub struct Inputs {
     /// Cancelled on SIGTERM/SIGINT.
@@ -207,9 +211,15 @@ async fn follow<L: Lease, E: ElectionEvents>(
         };
         reporter.attempted();
         let mut wait = match outcome {
-            Ok(Acquire::Acquired(term)) => {
+            // A term whose validity passed before its reply was handled (the process was
+            // paused in between) is never claimed; it runs out in Redis by itself.
+            Ok(Acquire::Acquired(term)) if term.is_valid() => {
                 reporter.acquire_result(AcquireResult::Acquired);
                 return Some(term);
+            }
+            Ok(Acquire::Acquired(_)) => {
+                reporter.acquire_result(AcquireResult::Held);
+                jittered(t.retry_period, t.jitter)
             }
             Ok(Acquire::Denied(seen)) => {
                 failures = 0;
@@ -307,7 +317,15 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
 ) {
     reporter.stepped_down(term, reason);
     work.stop().await;
-    reporter.work_stopped(term, reason);
+    if tokio::time::timeout(WORK_STOPPED_LIMIT, reporter.work_stopped(term, reason))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            fence = term.fence,
+            "work_stopped took longer than {WORK_STOPPED_LIMIT:?}; releasing anyway"
+        );
+    }
     let release = match reason {
         StepDown::Lost => false,
         StepDown::Shutdown => policy.release_on_shutdown,

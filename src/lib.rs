@@ -19,7 +19,8 @@
 //!
 //! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
 //! state channel), `exec` and `keeper` (the command run only while leading), `health`,
-//! `metrics`, `http`, `publish` (the leader file), `shutdown`, `logging`, `cli`.
+//! `metrics`, `http`, `publish` (the leader file), `shutdown`, `logging`, `cli`, `hooks`
+//! (commands run when leadership changes), `proxy` (the leader-aware TCP proxy).
 //!
 //! # A lock
 //!
@@ -103,6 +104,8 @@ mod exec;
 #[cfg(feature = "daemon")]
 mod health;
 #[cfg(feature = "daemon")]
+mod hooks;
+#[cfg(feature = "daemon")]
 #[doc(hidden)]
 pub mod http;
 #[cfg(feature = "daemon")]
@@ -112,6 +115,8 @@ mod logging;
 #[cfg(feature = "daemon")]
 #[doc(hidden)]
 pub mod metrics;
+#[cfg(feature = "daemon")]
+mod proxy;
 #[cfg(feature = "daemon")]
 #[doc(hidden)]
 pub mod publish;

@@ -16,6 +16,9 @@ use crate::conn::FailureKind;
 use crate::election::{AcquireResult, RenewResult, StepDown};
 use crate::state::Snapshot;
 
+mod outputs;
+pub use outputs::OutputMetrics;
+
 /// Buckets of `leaderd_renew_duration_seconds`: from a loopback round trip to command timeouts.
 const RENEW_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -53,6 +56,8 @@ pub struct Metrics {
     step_downs: IntCounterVec,
     redis_errors: IntCounterVec,
     http_refused: IntCounter,
+    /// The hooks' and the proxy's series.
+    pub outputs: OutputMetrics,
 }
 
 impl Metrics {
@@ -99,6 +104,7 @@ impl Metrics {
                 &FailureKind::ALL.map(FailureKind::as_str),
             ),
             http_refused: counter(r, "leaderd_http_refused_total", HTTP_REFUSED_HELP),
+            outputs: OutputMetrics::new(r),
             registry,
         };
         metrics.register_build_info(version);
@@ -266,6 +272,10 @@ mod tests {
             "leaderd_renewals_total{name=\"e1\",result=\"lost\"} 0",
             "leaderd_healthy{name=\"e1\"} 1",
             "leaderd_http_refused_total{name=\"e1\"} 0",
+            "leaderd_hook_runs_total{hook=\"on_leader_changed\",name=\"e1\",result=\"dropped\"} 0",
+            "leaderd_proxy_connections_total{name=\"e1\",target=\"refused\"} 0",
+            "leaderd_proxy_active_connections{name=\"e1\"} 0",
+            "leaderd_proxy_bytes_total{direction=\"out\",name=\"e1\"} 0",
         ] {
             assert!(text.contains(series), "missing {series} in\n{text}");
         }

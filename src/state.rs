@@ -65,6 +65,9 @@ pub struct Snapshot {
     pub observed_at: SystemTime,
     /// Whether the local service passes its health check (always true without one).
     pub healthy: bool,
+    /// The leader's advertised address (`LeaseSpec::address`) as last observed; this
+    /// replica's own while it leads.
+    pub leader_address: Option<String>,
 }
 
 impl Snapshot {
@@ -77,6 +80,7 @@ impl Snapshot {
             term: None,
             observed_at: SystemTime::now(),
             healthy,
+            leader_address: None,
         }
     }
 

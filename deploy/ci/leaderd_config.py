@@ -159,6 +159,7 @@ SCHEMA: dict[str, Any] = {
         "http_addr": _http_addr,
         "leader_file": _string(),
         "ready_when": _enum("leader", "always"),
+        "advertise": _string(nullable=True),
     },
     "exec": {
         "command": _string_list,
@@ -169,6 +170,19 @@ SCHEMA: dict[str, Any] = {
     "logging": {
         "format": _enum("text", "json"),
         "level": _enum(*sorted(LEVELS)),
+    },
+    "hooks": {
+        "on_acquired": _string_list,
+        "on_stepped_down": _string_list,
+        "on_leader_changed": _string_list,
+        "timeout": _duration,
+    },
+    "proxy": {
+        "listen": _http_addr,
+        "upstream": _http_addr,
+        "on_change": _enum("close", "keep"),
+        "connect_timeout": _duration,
+        "max_connections": _int(1),
     },
 }
 

@@ -5,7 +5,7 @@ const SCHEMA: &[(&str, &[&str])] = &[
     (
         "",
         &[
-            "name", "identity", "redis", "election", "publish", "exec", "logging",
+            "name", "identity", "redis", "election", "publish", "exec", "logging", "hooks", "proxy",
         ],
     ),
     (
@@ -44,13 +44,38 @@ const SCHEMA: &[(&str, &[&str])] = &[
     ),
     (
         "publish",
-        &["http_addr", "leader_file", "ready_when", "max_connections"],
+        &[
+            "http_addr",
+            "leader_file",
+            "ready_when",
+            "max_connections",
+            "advertise",
+        ],
     ),
     (
         "exec",
         &["command", "stop_signal", "grace_period", "on_exit"],
     ),
     ("logging", &["format", "level"]),
+    (
+        "hooks",
+        &[
+            "on_acquired",
+            "on_stepped_down",
+            "on_leader_changed",
+            "timeout",
+        ],
+    ),
+    (
+        "proxy",
+        &[
+            "listen",
+            "upstream",
+            "on_change",
+            "connect_timeout",
+            "max_connections",
+        ],
+    ),
 ];
 
 /// The keys allowed in the mapping at `path` (empty for a path that is not a mapping).

@@ -4,9 +4,9 @@
 use serde_yaml::{Mapping, Value};
 
 use super::duration::format_duration;
-use super::values::{name_of, LOG_FORMATS, MODES, ON_EXIT, ON_LOST, READY_WHEN};
+use super::values::{name_of, LOG_FORMATS, MODES, ON_CHANGE, ON_EXIT, ON_LOST, READY_WHEN};
 use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LoggingConfig};
-use super::{PublishConfig, RedisConfig, TlsConfig};
+use super::{HooksConfig, ProxyConfig, PublishConfig, RedisConfig, TlsConfig};
 
 /// Shown instead of every secret.
 pub(super) const REDACTED: &str = "<redacted>";
@@ -65,6 +65,8 @@ impl Config {
             ("publish", publish(&self.publish)),
             ("exec", exec(&self.exec)),
             ("logging", logging(&self.logging)),
+            ("hooks", hooks(&self.hooks)),
+            ("proxy", proxy(&self.proxy)),
         ]);
         serde_yaml::to_string(&doc)
             .unwrap_or_else(|e| format!("# the configuration cannot be shown: {e}\n"))
@@ -162,6 +164,7 @@ fn publish(p: &PublishConfig) -> Value {
         ("leader_file", text(&file)),
         ("ready_when", text(name_of(READY_WHEN, p.ready_when))),
         ("max_connections", Value::from(p.max_connections)),
+        ("advertise", opt(p.advertise.as_deref(), text)),
     ])
 }
 
@@ -178,6 +181,26 @@ fn logging(l: &LoggingConfig) -> Value {
     map(vec![
         ("format", text(name_of(LOG_FORMATS, l.format))),
         ("level", text(&l.level)),
+    ])
+}
+
+fn hooks(h: &HooksConfig) -> Value {
+    map(vec![
+        ("on_acquired", list(&h.on_acquired, text)),
+        ("on_stepped_down", list(&h.on_stepped_down, text)),
+        ("on_leader_changed", list(&h.on_leader_changed, text)),
+        ("timeout", dur(h.timeout)),
+    ])
+}
+
+fn proxy(p: &ProxyConfig) -> Value {
+    let listen = p.listen.map_or_else(String::new, |a| a.to_string());
+    map(vec![
+        ("listen", text(&listen)),
+        ("upstream", text(p.upstream.as_deref().unwrap_or(""))),
+        ("on_change", text(name_of(ON_CHANGE, p.on_change))),
+        ("connect_timeout", dur(p.connect_timeout)),
+        ("max_connections", Value::from(p.max_connections)),
     ])
 }
 

@@ -29,6 +29,8 @@ pub(super) fn build(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> Confi
         publish: publish(r, root, o),
         exec: exec(r, root, o),
         logging: logging(r, root, o),
+        hooks: super::outputs::hooks(r, root),
+        proxy: super::outputs::proxy(r, root),
     }
 }
 
@@ -295,6 +297,7 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
         max_connections: r
             .get(r.file(&n, "max_connections"), v::connections)
             .unwrap_or(DEFAULT_MAX_CONNECTIONS),
+        advertise: r.get(r.file(&n, "advertise"), v::host_port).flatten(),
     }
 }
 

@@ -167,7 +167,7 @@ fn env_vars_are_expanded_in_file_strings() {
     ]);
     let yaml = "name: x\nidentity: ${POD_NAME}\nelection: {lease_duration: '${LEASE}'}\nredis: {mode: cluster, urls: ['${NODES}']}\nkey_literal_check: 1\n";
     let found = problems_with(yaml, &Overrides::default(), &env);
-    assert_eq!(found, vec!["key_literal_check: unknown key (allowed here: name, identity, redis, election, publish, exec, logging)"]);
+    assert_eq!(found, vec!["key_literal_check: unknown key (allowed here: name, identity, redis, election, publish, exec, logging, hooks, proxy)"]);
     let yaml = "name: x\nidentity: ${POD_NAME}\nelection: {lease_duration: '${LEASE}'}\nredis: {key_prefix: '$${LEASE}'}\n";
     let c = load_from_str(yaml, &Overrides::default(), &env).unwrap();
     assert_eq!(c.identity, "pod-7");

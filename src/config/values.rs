@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::duration::parse_duration;
-use super::{LogFormat, ModeName, OnExit, OnLost, ReadyWhen};
+use super::{LogFormat, ModeName, OnChange, OnExit, OnLost, ReadyWhen};
 
 pub(super) const MODES: &[(&str, ModeName)] = &[
     ("single", ModeName::Single),
@@ -25,6 +25,8 @@ pub(super) const ON_EXIT: &[(&str, OnExit)] =
     &[("release", OnExit::Release), ("exit", OnExit::Exit)];
 pub(super) const LOG_FORMATS: &[(&str, LogFormat)] =
     &[("text", LogFormat::Text), ("json", LogFormat::Json)];
+pub(super) const ON_CHANGE: &[(&str, OnChange)] =
+    &[("close", OnChange::Close), ("keep", OnChange::Keep)];
 const LOG_LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
 
 /// A converter accepting one of the names in `table` (case-insensitive).
@@ -230,6 +232,35 @@ pub(super) fn http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     }
     s.parse().map(Some).map_err(|_| {
         format!("{s:?} is not a listen address (allowed: IP:PORT such as 0.0.0.0:9090, 127.0.0.1:0, [::]:9090, or \"\" for no HTTP server)")
+    })
+}
+
+/// A `host:port` to connect to (a name or an IP, and a port 1-65535); "" is None.
+pub(super) fn host_port(s: &str) -> Result<Option<String>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let ok = s.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.contains(char::is_whitespace)
+            && port.parse::<u16>().is_ok_and(|p| p > 0)
+    });
+    if ok {
+        Ok(Some(s.to_string()))
+    } else {
+        Err(format!(
+            "{s:?} is not an address (allowed: HOST:PORT such as 10.0.0.5:8080 or db-0.db:5432)"
+        ))
+    }
+}
+
+/// A listen address; the empty string turns the proxy off.
+pub(super) fn listen_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse().map(Some).map_err(|_| {
+        format!("{s:?} is not a listen address (allowed: IP:PORT such as 0.0.0.0:7000, or \"\" for no proxy)")
     })
 }
 

@@ -45,6 +45,16 @@ pub(crate) struct Reporter {
     /// The leader and fence last logged; a new term of the same leader is a change too.
     first_seen: Arc<Mutex<Option<Seen>>>,
     errors: Arc<Mutex<ErrorLog>>,
+    outputs: Outputs,
+}
+
+/// The daemon's outputs that follow the term: hooks, the proxy's local connections, and
+/// this replica's advertised address.
+#[derive(Clone, Default)]
+pub(crate) struct Outputs {
+    pub hooks: Option<crate::hooks::HookSink>,
+    pub proxy: Option<crate::proxy::LocalGate>,
+    pub advertise: Option<String>,
 }
 
 impl Reporter {
@@ -62,12 +72,28 @@ impl Reporter {
             identity: identity.to_owned(),
             first_seen: Arc::default(),
             errors: Arc::default(),
+            outputs: Outputs::default(),
+        }
+    }
+
+    /// The same reporter, also feeding `outputs`.
+    pub(crate) fn with_outputs(mut self, outputs: Outputs) -> Self {
+        self.outputs = outputs;
+        self
+    }
+
+    fn hook(&self, event: crate::hooks::HookEvent) {
+        if let Some(hooks) = &self.outputs.hooks {
+            hooks.push(event);
         }
     }
 
     /// A follower saw what holds the lease (a quarantined or reserved lease has no leader).
     fn follower_saw(&self, seen: &Observed) {
         self.recovered();
+        if let Some(proxy) = &self.outputs.proxy {
+            proxy.leader_seen(seen.remaining());
+        }
         let holder = seen.holder();
         let leader = holder.map(|h| h.holder.clone());
         let fence = holder.map(|h| h.fence);
@@ -87,6 +113,10 @@ impl Reporter {
                 "leader is {}",
                 leader.as_deref().unwrap_or("nobody")
             );
+            self.hook(crate::hooks::HookEvent::leader_changed(
+                leader.clone(),
+                fence,
+            ));
         }
         self.state.send_if_modified(|s| {
             let before = s.clone();
@@ -95,6 +125,7 @@ impl Reporter {
             }
             s.leader = leader;
             s.fence = fence;
+            s.leader_address = holder.and_then(|h| h.address.clone());
             if *s != before {
                 s.observed_at = SystemTime::now();
                 return true;
@@ -184,6 +215,7 @@ impl ElectionEvents for Reporter {
             s.leader = Some(self.identity.clone());
             s.fence = Some(term.fence);
             s.term = Some(TermView::from(term));
+            s.leader_address = self.outputs.advertise.clone();
         });
         tracing::info!(
             event = "acquired",
@@ -193,6 +225,11 @@ impl ElectionEvents for Reporter {
             "acquired leadership (fence {})",
             term.fence
         );
+        self.hook(crate::hooks::HookEvent::acquired(
+            &self.identity,
+            term.fence,
+            unix_ms(term.valid_until_wall),
+        ));
     }
 
     /// Counts a renew and its round trip.
@@ -222,6 +259,7 @@ impl ElectionEvents for Reporter {
             with_phase(s, Phase::SteppingDown);
             s.leader = None;
             s.fence = None;
+            s.leader_address = None;
         });
         *self.first_seen.lock().expect("reporter lock") = None;
         self.metrics.step_down(reason);
@@ -236,6 +274,19 @@ impl ElectionEvents for Reporter {
         );
     }
 
+    /// The claim is over and the work (the child) has stopped: the proxy's local
+    /// connections are closed (waited for; the elector releases after this), then
+    /// `on_stepped_down` is queued.
+    async fn work_stopped(&self, term: &Term, reason: StepDown) {
+        if let Some(gate) = &self.outputs.proxy {
+            gate.end_term(term.fence).await;
+        }
+        self.hook(crate::hooks::HookEvent::stepped_down(
+            term.fence,
+            reason.as_str(),
+        ));
+    }
+
     /// The lease was released (or was no longer ours).
     fn released(&self, term: &Term) {
         tracing::info!(event = "released", fence = term.fence, "released the lease");
@@ -247,6 +298,7 @@ impl ElectionEvents for Reporter {
             with_phase(s, Phase::Stopped);
             s.leader = None;
             s.fence = None;
+            s.leader_address = None;
         });
     }
 }

@@ -2,6 +2,7 @@
 //! owns (the daemon's metrics, state channel and logs; a library user's own), and the typed
 //! label values of those calls.
 
+use std::future::Future;
 use std::time::Duration;
 
 use super::StepDown;
@@ -29,8 +30,13 @@ pub trait ElectionEvents: Send + Sync {
     /// any release).
     fn stepped_down(&self, _term: &Term, _reason: StepDown) {}
     /// The work of the term has stopped: nothing guarded by the term runs any more. Comes
-    /// after [`stepped_down`](Self::stepped_down) and before any release.
-    fn work_stopped(&self, _term: &Term, _reason: StepDown) {}
+    /// after [`stepped_down`](Self::stepped_down) and before any release: the elector
+    /// awaits the returned future (at most [`WORK_STOPPED_LIMIT`](super::WORK_STOPPED_LIMIT))
+    /// before it releases, so whatever must end before a successor can take over (e.g. the
+    /// connections a proxy forwards to this replica) can be finished here.
+    fn work_stopped(&self, _term: &Term, _reason: StepDown) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
     /// The lease was released (or was no longer ours).
     fn released(&self, _term: &Term) {}
     /// The elector has finished.

@@ -18,6 +18,8 @@ fn drift(lease: Duration) -> Duration {
 struct TestEvents {
     state: watch::Sender<Snapshot>,
     log: Arc<Mutex<Vec<&'static str>>>,
+    /// How long `work_stopped` takes before it notes itself.
+    slow_stop: Duration,
 }
 
 impl TestEvents {
@@ -51,7 +53,8 @@ impl ElectionEvents for TestEvents {
         self.note("stepped_down");
         self.state.send_modify(|s| s.set_phase(Phase::SteppingDown));
     }
-    fn work_stopped(&self, _: &Term, _: StepDown) {
+    async fn work_stopped(&self, _: &Term, _: StepDown) {
+        tokio::time::sleep(self.slow_stop).await;
         self.note("work_stopped");
     }
     fn released(&self, _: &Term) {
@@ -194,11 +197,17 @@ fn policy(on_lost: AfterLoss) -> Policy {
 }
 
 fn start(lease: Arc<FakeLease>, on_lost: AfterLoss) -> Harness {
+    start_with(lease, on_lost, Duration::ZERO)
+}
+
+/// The elector with events whose `work_stopped` takes `slow_stop`.
+fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) -> Harness {
     let (tx, state) = watch::channel(Snapshot::starting(true));
     let log = Arc::new(Mutex::new(Vec::new()));
     let reporter = TestEvents {
         state: tx,
         log: log.clone(),
+        slow_stop,
     };
     let shutdown = CancellationToken::new();
     let (ytx, yrx) = mpsc::channel(4);
@@ -257,6 +266,55 @@ async fn leads_renews_and_releases_on_shutdown() {
             "stopped"
         ],
         "stop claiming, stop the work, then release"
+    );
+}
+
+/// A slow `work_stopped` (a proxy closing its connections) is awaited before the release.
+#[tokio::test(start_paused = true)]
+async fn the_release_waits_for_work_stopped() {
+    let slow = Duration::from_millis(500);
+    let mut h = start_with(Arc::new(FakeLease::default()), AfterLoss::Contend, slow);
+    wait_phase(&mut h.state, Phase::Leader).await;
+    h.shutdown.cancel();
+    wait_phase(&mut h.state, Phase::SteppingDown).await;
+    let stepped_at = Instant::now();
+    assert_eq!(bounded(h.task).await, 0);
+    assert!(
+        stepped_at.elapsed() >= slow,
+        "the elector waited for work_stopped"
+    );
+    assert_eq!(h.lease.releases.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *h.log.lock().unwrap(),
+        [
+            "acquired",
+            "stepped_down",
+            "work_stopped",
+            "released",
+            "stopped"
+        ]
+    );
+}
+
+/// A `work_stopped` that never finishes delays the release by `WORK_STOPPED_LIMIT`, no more.
+#[tokio::test(start_paused = true)]
+async fn a_hung_work_stopped_delays_the_release_by_its_limit_only() {
+    let hung = Duration::from_secs(3600);
+    let mut h = start_with(Arc::new(FakeLease::default()), AfterLoss::Contend, hung);
+    wait_phase(&mut h.state, Phase::Leader).await;
+    h.shutdown.cancel();
+    wait_phase(&mut h.state, Phase::SteppingDown).await;
+    let stepped_at = Instant::now();
+    assert_eq!(bounded(h.task).await, 0);
+    let took = stepped_at.elapsed();
+    assert!(
+        took >= WORK_STOPPED_LIMIT && took < WORK_STOPPED_LIMIT + LEASE,
+        "took {took:?}"
+    );
+    // The release is still sent (it finds the 2 s lease expired by then: nothing to delete).
+    assert_eq!(
+        *h.log.lock().unwrap(),
+        ["acquired", "stepped_down", "released", "stopped"]
     );
 }
 

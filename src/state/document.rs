@@ -15,10 +15,11 @@ impl Snapshot {
     pub fn document(&self, name: &str, identity: &str, now: Instant) -> StatusDoc {
         let valid = self.valid_term(now);
         let expired_claim = self.phase == Phase::Leader && valid.is_none();
-        let (state, leader, fence) = if expired_claim {
-            (Phase::SteppingDown, None, None)
+        let (state, leader, fence, leader_address) = if expired_claim {
+            (Phase::SteppingDown, None, None, None)
         } else {
-            (self.phase, self.leader.clone(), self.fence)
+            let address = self.leader.as_ref().and(self.leader_address.clone());
+            (self.phase, self.leader.clone(), self.fence, address)
         };
         StatusDoc {
             name: name.to_owned(),
@@ -34,6 +35,7 @@ impl Snapshot {
             observed_at: rfc3339(self.observed_at),
             observed_at_ms: unix_ms(self.observed_at),
             healthy: self.healthy,
+            leader_address,
         }
     }
 }
@@ -56,6 +58,7 @@ pub struct StatusDoc {
     pub observed_at: String,
     pub observed_at_ms: u64,
     pub healthy: bool,
+    pub leader_address: Option<String>,
 }
 
 /// UTC, RFC 3339 with milliseconds.
@@ -83,6 +86,7 @@ mod tests {
             }),
             observed_at: now,
             healthy: true,
+            leader_address: None,
         }
     }
 

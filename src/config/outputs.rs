@@ -1,0 +1,121 @@
+//! The sections `hooks` and `proxy`: commands run when leadership changes and the
+//! leader-aware proxy, with their checks (a hook must name a program that can run).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::tree::{Node, Reader};
+use super::values::{self as v, choice};
+use super::{HooksConfig, OnChange, ProxyConfig};
+
+const DEFAULT_UPSTREAM: &str = "127.0.0.1:8080";
+
+pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>) -> HooksConfig {
+    let n = r.section(root, "hooks");
+    let mut command = |leaf: &str| {
+        let cmd = r.list(r.file(&n, leaf)).unwrap_or_default();
+        check_program(r, &n.key(leaf), &cmd);
+        cmd
+    };
+    HooksConfig {
+        on_acquired: command("on_acquired"),
+        on_stepped_down: command("on_stepped_down"),
+        on_leader_changed: command("on_leader_changed"),
+        timeout: r
+            .get(r.file(&n, "timeout"), v::positive_duration)
+            .unwrap_or(Duration::from_secs(10)),
+    }
+}
+
+pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
+    let n = r.section(root, "proxy");
+    let upstream_given = r.file(&n, "upstream").is_some();
+    let upstream = r.get(r.file(&n, "upstream"), v::host_port);
+    let cfg = ProxyConfig {
+        listen: r.get(r.file(&n, "listen"), v::listen_addr).flatten(),
+        upstream: match (upstream_given, upstream) {
+            (false, _) => Some(DEFAULT_UPSTREAM.to_string()),
+            (true, u) => u.flatten(),
+        },
+        on_change: r
+            .get(r.file(&n, "on_change"), choice(v::ON_CHANGE))
+            .unwrap_or(OnChange::Close),
+        connect_timeout: r
+            .get(r.file(&n, "connect_timeout"), v::positive_duration)
+            .unwrap_or(Duration::from_secs(2)),
+        max_connections: r
+            .get(r.file(&n, "max_connections"), v::count(1))
+            .unwrap_or(10_000),
+    };
+    if cfg.listen.is_some() && cfg.upstream.is_none() && r.all_valid(&["proxy.upstream"]) {
+        let msg = "proxy.upstream: \"\" is not allowed while proxy.listen is set (write this replica's service, e.g. 127.0.0.1:8080)";
+        r.problem("proxy.upstream", msg.to_string());
+    }
+    cfg
+}
+
+/// A hook's first item must be a program that exists and may be executed: a path, or a
+/// name found on `PATH`.
+fn check_program(r: &mut Reader<'_>, key: &str, cmd: &[String]) {
+    let Some(program) = cmd.first() else { return };
+    let path = r.env("PATH").unwrap_or_default();
+    if let Err(why) = find_program(program, &path) {
+        r.problem(key, format!("{key}[0]: {program:?} {why}"));
+    }
+}
+
+/// Where `program` is, searched like `execvp` does.
+///
+/// # Errors
+/// Why it cannot be run, as the end of a sentence.
+pub(crate) fn find_program(program: &str, path_var: &str) -> Result<PathBuf, String> {
+    if program.is_empty() {
+        return Err("is not allowed (the first item is the program to run)".into());
+    }
+    if program.contains('/') {
+        return executable(Path::new(program)).map(|()| PathBuf::from(program));
+    }
+    let mut last = None;
+    for dir in path_var.split(':').filter(|d| !d.is_empty()) {
+        let candidate = Path::new(dir).join(program);
+        match executable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(why) if candidate.exists() => last = Some(why),
+            Err(_) => {}
+        }
+    }
+    Err(last.unwrap_or_else(|| format!("cannot be found on PATH ({path_var})")))
+}
+
+fn executable(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(m) if m.is_file() => Err(format!("({}) is not executable", path.display())),
+        Ok(_) => Err(format!("({}) is not a file", path.display())),
+        Err(e) => Err(format!("cannot be found ({}: {e})", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_programs_on_path_and_rejects_the_rest() {
+        assert!(find_program("sh", "/nonexistent:/bin:/usr/bin").is_ok());
+        assert!(find_program("/bin/sh", "").is_ok());
+        let missing = find_program("no-such-program-xyz", "/bin").unwrap_err();
+        assert!(missing.contains("cannot be found on PATH"), "{missing}");
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let not_exec = find_program(plain.to_str().unwrap(), "").unwrap_err();
+        assert!(not_exec.contains("not executable"), "{not_exec}");
+        let dir_path = dir.path().to_str().unwrap();
+        let on_path = find_program("plain", dir_path).unwrap_err();
+        assert!(on_path.contains("not executable"), "{on_path}");
+        assert!(find_program("", "/bin").is_err());
+    }
+}
