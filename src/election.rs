@@ -207,9 +207,13 @@ async fn follow<L: Lease, E: ElectionEvents>(
         };
         reporter.attempted();
         let mut wait = match outcome {
-            Ok(Acquire::Acquired(term)) => {
+            Ok(Acquire::Acquired(term)) if term.is_valid() => {
                 reporter.acquire_result(AcquireResult::Acquired);
                 return Some(term);
+            }
+            Ok(Acquire::Acquired(term)) => {
+                undo_expired_grant(lease, t.command_timeout, reporter, &term).await;
+                jittered(t.retry_period, t.jitter)
             }
             Ok(Acquire::Denied(seen)) => {
                 failures = 0;
@@ -238,6 +242,21 @@ async fn follow<L: Lease, E: ElectionEvents>(
             Some(()) = inputs.yields.recv() => {} // nothing to yield while following; closed: never
             _ = inputs.shutdown.cancelled() => return None,
         }
+    }
+}
+
+/// A grant whose reply came after its validity was never a term: it is not published,
+/// only counted, and released with its token so the lease is not held for nobody.
+async fn undo_expired_grant<L: Lease, E: ElectionEvents>(
+    lease: &L,
+    budget: Duration,
+    reporter: &E,
+    term: &Term,
+) {
+    reporter.acquire_result(AcquireResult::Expired);
+    reporter.acquired_too_late(term);
+    if let Err(err) = lease.release(term, budget).await {
+        reporter.redis_failed(&err);
     }
 }
 
