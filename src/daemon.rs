@@ -1,6 +1,7 @@
 //! `leaderd run`: wires the lease, the elector, the HTTP server, the leader file and the
 //! metrics together around one state channel, and runs them until shutdown.
 
+mod eviction;
 mod report;
 
 use std::sync::Arc;
@@ -185,6 +186,11 @@ async fn run_with<L: Lease>(
         identity = %config.identity,
         "leaderd {} starting",
         env!("CARGO_PKG_VERSION")
+    );
+    eviction::watch_eviction(
+        lease.eviction_policies(),
+        metrics.clone(),
+        stop_outputs.clone(),
     );
     let reporter = Reporter::new(&config.identity, state_tx, metrics, progress);
     let stop_checks = CancellationToken::new();

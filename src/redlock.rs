@@ -209,6 +209,14 @@ impl Lease for RedlockClient {
     fn watch_releases(&self) -> ReleaseWatch {
         self.watch_all_releases()
     }
+    fn eviction_policies(
+        &self,
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.lease.eviction_policies())
+            .collect()
+    }
 }
 
 /// `min(command_timeout, lease_duration / 10)`: a node that answers slower than that is
