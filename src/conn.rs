@@ -95,7 +95,10 @@ impl RedisFailure {
             let errors = err.clone().into_server_errors()?;
             errors.first().map(|(_, e)| e.code().to_owned())
         });
+        let out_of_memory =
+            code.as_deref() == Some("OOM") || err.to_string().contains("OOM command not allowed");
         let kind = match (err.kind(), code.as_deref()) {
+            _ if out_of_memory => FailureKind::Other,
             (_, Some("NOAUTH" | "WRONGPASS" | "NOPERM")) => FailureKind::Auth,
             (ErrorKind::AuthenticationFailed, _) => FailureKind::Auth,
             // A replica (a demoted master after a failover): connect again, which for
@@ -112,7 +115,12 @@ impl RedisFailure {
             _ if err.to_string().contains("script") => FailureKind::Script,
             _ => FailureKind::Other,
         };
-        let cause = err.to_string().replace('\n', " ");
+        let mut cause = err.to_string().replace('\n', " ");
+        if out_of_memory {
+            cause = format!(
+                "Redis is out of memory (used memory above maxmemory, writes refused; free memory or raise maxmemory): {cause}"
+            );
+        }
         RedisFailure {
             kind,
             cause,

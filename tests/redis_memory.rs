@@ -58,3 +58,60 @@ fn an_evicting_policy_is_warned_metered_and_probed() {
     check_all_logs(&[risky]);
     check_all_logs(&[fine]);
 }
+
+/// `noeviction` and a Redis filled to `maxmemory` while a leader holds: the renew (`HGET`,
+/// `PEXPIRE`) is not refused, so the leader keeps its term; an acquire (`INCR`, `HSET`) is:
+/// a replica that starts then logs that Redis is out of memory, never leads, nothing
+/// panics, and once the filler keys are deleted (the fence key kept) it leads.
+#[test]
+fn a_full_redis_refuses_acquires_and_leadership_comes_back_when_memory_is_freed() {
+    let redis =
+        RedisServer::start_with_args(&["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"]);
+    let mut d = Daemon::spawn(&DaemonOpts::new("oom", "replica-a", &redis.url()));
+    let first = wait_event(&d, "acquired", 1, SLOW);
+    let value = "x".repeat(64 * 1024);
+    let mut filled = 0;
+    for i in 0..2000 {
+        let reply = redis.cmd(&["SET", &format!("filler:{i}"), &value]);
+        if reply.contains("OOM") {
+            break;
+        }
+        filled += 1;
+    }
+    assert!(filled < 2000, "Redis never refused a write");
+    // Well above maxmemory, not just at it (a refused SET frees its buffer again).
+    assert_eq!(redis.cmd(&["CONFIG", "SET", "maxmemory", "3mb"]), "OK");
+    std::thread::sleep(LEASE);
+    assert!(
+        stepped_down(&d).is_empty(),
+        "renewals go on in a full Redis:\n{}",
+        d.log()
+    );
+
+    d.kill();
+    let terms_before = acquired(&d).len(); // the log goes on across the restart
+    std::thread::sleep(LEASE + Duration::from_millis(300));
+    d.restart();
+    let line = wait_until(SLOW, POLL, || {
+        warn_lines(&d)
+            .into_iter()
+            .find(|e| e.to_string().contains("out of memory"))
+    })
+    .unwrap_or_else(|| panic!("no error saying out of memory:\n{}", d.log()));
+    println!("{line}");
+    std::thread::sleep(LEASE);
+    assert_eq!(acquired(&d).len(), terms_before, "{}", d.log());
+    assert!(!d.log().contains("panicked"), "{}", d.log());
+    let oom_lines = warn_lines(&d)
+        .into_iter()
+        .filter(|e| e.to_string().contains("out of memory"))
+        .count();
+    assert_eq!(oom_lines, 1, "at most once per 30 s:\n{}", d.log());
+
+    for i in 0..filled {
+        redis.cmd(&["DEL", &format!("filler:{i}")]);
+    }
+    let again = wait_event(&d, "acquired", terms_before + 1, SLOW);
+    assert!(u64_of(&again, "fence") > u64_of(&first, "fence"));
+    assert!(d.is_running());
+}
