@@ -1,5 +1,6 @@
 //! Redis that can evict or refuse writes: the `maxmemory-policy` report (WARN line, gauge,
-//! `check-config --probe`) and a leader over a Redis that runs out of memory.
+//! `check-config --probe`), a leader over a Redis that runs out of memory, and what a Redis
+//! outage leaves on stderr.
 
 mod daemon_common;
 mod support;
@@ -114,4 +115,34 @@ fn a_full_redis_refuses_acquires_and_leadership_comes_back_when_memory_is_freed(
     let again = wait_event(&d, "acquired", terms_before + 1, SLOW);
     assert!(u64_of(&again, "fence") > u64_of(&first, "fence"));
     assert!(d.is_running());
+}
+
+/// A Redis killed and restarted under a leader: stderr holds only leaderd's own lines
+/// (each with an `event`, or leaderd's debug lines), none of the redis crate's warnings.
+#[test]
+fn a_redis_outage_logs_only_leaderds_lines() {
+    let mut redis = RedisServer::start();
+    let d = Daemon::spawn(&DaemonOpts::new("quiet", "replica-a", &redis.url()));
+    wait_event(&d, "acquired", 1, SLOW);
+    redis.stop();
+    wait_event(&d, "redis_error", 1, SLOW);
+    std::thread::sleep(Duration::from_secs(1));
+    redis.start_again();
+    wait_event(&d, "redis_recovered", 1, SLOW);
+    let log = d.log();
+    let foreign: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+            let level = v["level"].as_str().unwrap_or("?");
+            v.get("event").is_none() && matches!(level, "WARN" | "ERROR" | "?")
+        })
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "lines not from leaderd:\n{}",
+        foreign.join("\n")
+    );
+    assert!(warn_lines(&d).len() <= 4, "flooding:\n{log}");
 }
