@@ -123,6 +123,11 @@ impl LeaseClient {
         &self.endpoint
     }
 
+    /// The endpoint, shared, for work that outlives a call (Redlock's background undo).
+    pub(crate) fn shared_endpoint(&self) -> std::sync::Arc<Endpoint> {
+        self.endpoint.clone()
+    }
+
     fn ttl_ms(&self) -> u64 {
         self.spec.lease_duration.as_millis() as u64
     }

@@ -57,6 +57,7 @@ mod renew;
 mod round;
 #[cfg(test)]
 mod tests;
+mod undo;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
