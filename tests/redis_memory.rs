@@ -5,7 +5,7 @@
 mod daemon_common;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use daemon_common::*;
 use support::{wait_until, Daemon, DaemonOpts, RedisServer};
