@@ -100,4 +100,13 @@ impl Lease for Backend {
             Backend::Redlock(l) => l.watch_releases(),
         }
     }
+
+    fn eviction_policies(
+        &self,
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+        match self {
+            Backend::Redis(l) => l.eviction_policies(),
+            Backend::Redlock(l) => l.eviction_policies(),
+        }
+    }
 }

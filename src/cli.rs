@@ -37,6 +37,10 @@ enum Command {
     CheckConfig {
         #[command(flatten)]
         common: CommonFlags,
+        /// Also connect to Redis and report each server's maxmemory-policy (exit 1 when
+        /// Redis does not answer).
+        #[arg(long)]
+        probe: bool,
     },
     /// Ask Redis who holds the lease.
     Status {
@@ -166,7 +170,9 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Run { common, command } => run(common.overrides(command)),
-        Command::CheckConfig { common } => check_config(&common.overrides(Vec::new())),
+        Command::CheckConfig { common, probe } => {
+            check_config(&common.overrides(Vec::new()), probe)
+        }
         Command::Status { common, json } => status(&common.overrides(Vec::new()), json),
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
@@ -278,20 +284,52 @@ fn fail(err: &daemon::DaemonError) -> i32 {
     }
 }
 
-fn check_config(overrides: &Overrides) -> i32 {
+fn check_config(overrides: &Overrides, probe: bool) -> i32 {
     let config = match load(overrides) {
         Ok(config) => config,
         Err(code) => return code,
     };
-    if let Err(problem) = daemon::backend(&config) {
-        eprintln!("leaderd: {problem}");
-        return EXIT_USAGE;
-    }
+    let lease = match daemon::backend(&config) {
+        Ok(lease) => lease,
+        Err(problem) => {
+            eprintln!("leaderd: {problem}");
+            return EXIT_USAGE;
+        }
+    };
     let warnings = secret_file_warnings(&config).into_iter();
     for warning in warnings.chain(daemon::warnings(&config)) {
         eprintln!("leaderd: warning: {warning}");
     }
     print!("{}", config.to_redacted_yaml());
+    if probe {
+        return runtime().block_on(probe_redis(&lease));
+    }
+    0
+}
+
+/// Connects (one `observe`) and reports each server's `maxmemory-policy` on stderr.
+async fn probe_redis<L: crate::Lease>(lease: &L) -> i32 {
+    let budget = lease.default_budget();
+    if let Err(err) = lease.observe(budget).await {
+        eprintln!("leaderd: probe: Redis does not answer: {err}");
+        return EXIT_FAILURE;
+    }
+    for mut policy in lease.eviction_policies() {
+        let read = tokio::time::timeout(budget, policy.wait_for(Option::is_some)).await;
+        match read.ok().and_then(|r| r.ok()).and_then(|p| p.clone()) {
+            Some(p) if p.at_risk() => eprintln!(
+                "leaderd: probe: warning: Redis {} has maxmemory-policy {}: it can evict {}",
+                p.server,
+                p.policy,
+                p.can_lose()
+            ),
+            Some(p) => eprintln!(
+                "leaderd: probe: Redis {} has maxmemory-policy noeviction",
+                p.server
+            ),
+            None => eprintln!("leaderd: probe: a server's maxmemory-policy could not be read"),
+        }
+    }
     0
 }
 

@@ -95,7 +95,10 @@ impl RedisFailure {
             let errors = err.clone().into_server_errors()?;
             errors.first().map(|(_, e)| e.code().to_owned())
         });
+        let out_of_memory =
+            code.as_deref() == Some("OOM") || err.to_string().contains("OOM command not allowed");
         let kind = match (err.kind(), code.as_deref()) {
+            _ if out_of_memory => FailureKind::Other,
             (_, Some("NOAUTH" | "WRONGPASS" | "NOPERM")) => FailureKind::Auth,
             (ErrorKind::AuthenticationFailed, _) => FailureKind::Auth,
             // A replica (a demoted master after a failover): connect again, which for
@@ -112,7 +115,12 @@ impl RedisFailure {
             _ if err.to_string().contains("script") => FailureKind::Script,
             _ => FailureKind::Other,
         };
-        let cause = err.to_string().replace('\n', " ");
+        let mut cause = err.to_string().replace('\n', " ");
+        if out_of_memory {
+            cause = format!(
+                "Redis is out of memory (used memory above maxmemory, writes refused; free memory or raise maxmemory): {cause}"
+            );
+        }
         RedisFailure {
             kind,
             cause,
@@ -137,6 +145,8 @@ pub struct Endpoint {
     slot: Mutex<Option<Conn>>,
     /// The connector's epoch when the connection in `slot` was made.
     slot_epoch: std::sync::atomic::AtomicU64,
+    /// The server's `maxmemory-policy`, read at every new connection.
+    eviction: tokio::sync::watch::Sender<Option<crate::eviction::EvictionPolicy>>,
 }
 
 impl Endpoint {
@@ -159,6 +169,7 @@ impl Endpoint {
             min_replicas_ack: 0,
             slot: Mutex::new(None),
             slot_epoch: std::sync::atomic::AtomicU64::new(0),
+            eviction: tokio::sync::watch::Sender::new(None),
         }
     }
 
@@ -221,7 +232,29 @@ impl Endpoint {
         };
         *slot = Some(conn.clone());
         self.slot_epoch.store(epoch, Ordering::SeqCst);
+        self.read_eviction_policy(conn.clone());
         Ok(conn)
+    }
+
+    /// Reads the new connection's `maxmemory-policy` in the background (never delaying the
+    /// call that connected) and publishes it; nothing when the server does not tell.
+    fn read_eviction_policy(&self, mut conn: Conn) {
+        let sender = self.eviction.clone();
+        let server = self.connector.server_label();
+        let budget = self.command_timeout;
+        tokio::spawn(async move {
+            let read = crate::eviction::read_policy(&mut conn);
+            if let Ok(Some(policy)) = tokio::time::timeout(budget, read).await {
+                sender.send_replace(Some(crate::eviction::EvictionPolicy { server, policy }));
+            }
+        });
+    }
+
+    /// The server's `maxmemory-policy` as last read (at every new connection).
+    pub fn eviction_policy(
+        &self,
+    ) -> tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>> {
+        self.eviction.subscribe()
     }
 
     async fn forget(&self) {

@@ -60,6 +60,15 @@ impl Connector {
 
     /// Changes when connections made before should be dropped: for Sentinel, when the
     /// master moved; always 0 otherwise.
+    /// Which server this is, for reports (no credentials).
+    pub fn server_label(&self) -> String {
+        match self {
+            Connector::Direct(client) => client.get_connection_info().addr().to_string(),
+            Connector::Sentinel(_) => "the Sentinel master".into(),
+            Connector::Cluster(_) => "the cluster".into(),
+        }
+    }
+
     pub fn epoch(&self) -> u64 {
         match self {
             Connector::Sentinel(s) => s.epoch(),

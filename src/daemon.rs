@@ -1,6 +1,7 @@
 //! `leaderd run`: wires the lease, the elector, the HTTP server, the leader file and the
 //! metrics together around one state channel, and runs them until shutdown.
 
+mod eviction;
 mod report;
 
 use std::sync::Arc;
@@ -223,6 +224,11 @@ async fn run_with<L: Lease>(
     for warning in warnings(&config) {
         tracing::warn!(event = "config_warning", "{warning}");
     }
+    eviction::watch_eviction(
+        lease.eviction_policies(),
+        metrics.clone(),
+        stop_outputs.clone(),
+    );
     let reporter =
         Reporter::new(&config.identity, state_tx, metrics, progress).with_outputs(outputs);
     let stop_checks = CancellationToken::new();

@@ -211,14 +211,12 @@ async fn follow<L: Lease, E: ElectionEvents>(
         };
         reporter.attempted();
         let mut wait = match outcome {
-            // A term whose validity passed before its reply was handled (the process was
-            // paused in between) is never claimed; it runs out in Redis by itself.
             Ok(Acquire::Acquired(term)) if term.is_valid() => {
                 reporter.acquire_result(AcquireResult::Acquired);
                 return Some(term);
             }
-            Ok(Acquire::Acquired(_)) => {
-                reporter.acquire_result(AcquireResult::Held);
+            Ok(Acquire::Acquired(term)) => {
+                undo_expired_grant(lease, t.command_timeout, reporter, &term).await;
                 jittered(t.retry_period, t.jitter)
             }
             Ok(Acquire::Denied(seen)) => {
@@ -248,6 +246,21 @@ async fn follow<L: Lease, E: ElectionEvents>(
             Some(()) = inputs.yields.recv() => {} // nothing to yield while following; closed: never
             _ = inputs.shutdown.cancelled() => return None,
         }
+    }
+}
+
+/// A grant whose reply came after its validity was never a term: it is not published,
+/// only counted, and released with its token so the lease is not held for nobody.
+async fn undo_expired_grant<L: Lease, E: ElectionEvents>(
+    lease: &L,
+    budget: Duration,
+    reporter: &E,
+    term: &Term,
+) {
+    reporter.acquire_result(AcquireResult::Expired);
+    reporter.acquired_too_late(term);
+    if let Err(err) = lease.release(term, budget).await {
+        reporter.redis_failed(&err);
     }
 }
 

@@ -57,8 +57,8 @@ impl HttpContext {
     }
 }
 
-/// Serves until `shutdown` is cancelled, within the limits of [`server`]: open `/events`
-/// streams end then, other connections get [`server::SHUTDOWN_WAIT`] to finish.
+/// Serves until `shutdown` is cancelled, within the limits of the `server` module: open `/events`
+/// streams end then, other connections get `server::SHUTDOWN_WAIT` (1 s) to finish.
 ///
 /// # Errors
 /// None today (accept errors on single connections are retried); kept for callers.

@@ -22,6 +22,7 @@
 
 mod acl;
 mod acquire;
+mod foreign;
 mod interface;
 mod ops;
 mod reply;
@@ -122,6 +123,11 @@ impl LeaseClient {
         &self.endpoint
     }
 
+    /// The endpoint, shared, for work that outlives a call (Redlock's background undo).
+    pub(crate) fn shared_endpoint(&self) -> std::sync::Arc<Endpoint> {
+        self.endpoint.clone()
+    }
+
     fn ttl_ms(&self) -> u64 {
         self.spec.lease_duration.as_millis() as u64
     }
@@ -129,8 +135,17 @@ impl LeaseClient {
     /// A failed script call as the error to return, naming the ACL permission it lacked
     /// when that is why it failed.
     async fn fail<T>(&self, failure: RedisFailure, script: LeaseScript) -> Result<T, LeaseError> {
+        if failure.code.as_deref() == Some("WRONGTYPE") {
+            let key = self.foreign_key().await;
+            return Err(LeaseError::WrongType { key });
+        }
         let failure = crate::lease::acl::explain(&self.endpoint, &self.keys, script, failure).await;
         Err(self.lift(failure))
+    }
+
+    /// Which key of the election holds another type (after a `WRONGTYPE`).
+    pub(crate) async fn foreign_key(&self) -> String {
+        foreign::foreign_key(&self.endpoint, &self.keys, None).await
     }
 
     fn lift(&self, failure: RedisFailure) -> LeaseError {

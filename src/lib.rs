@@ -15,7 +15,8 @@
 //!
 //! Internal modules: `conn` (one Redis endpoint with timeouts and error kinds), `connector`
 //! (where its connections come from), `release_watch` (the release channel listener),
-//! `lease::acl` (naming the ACL permission a Redis user lacks), `backend` ([`Backend`]).
+//! `lease::acl` (naming the ACL permission a Redis user lacks), `eviction`
+//! (what a server's `maxmemory-policy` can evict, [`EvictionPolicy`]), `backend` ([`Backend`]).
 //!
 //! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
 //! state channel), `exec` and `keeper` (the command run only while leading), `health`,
@@ -87,6 +88,7 @@ mod backend;
 mod conn;
 mod connector;
 pub mod election;
+mod eviction;
 mod lease;
 mod lock;
 mod redlock;
@@ -127,6 +129,7 @@ pub use backend::Backend;
 pub use conn::{FailureKind, RedisFailure};
 pub use connector::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
 pub use election::{ElectionEvents, StepDown};
+pub use eviction::EvictionPolicy;
 pub use lease::{
     Acquire, Holder, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed, ReleaseWatch,
     Term,

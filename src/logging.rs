@@ -10,9 +10,11 @@ use tracing_subscriber::EnvFilter;
 use crate::config::LogFormat;
 
 /// Installs the global subscriber. `level` is one of trace, debug, info, warn, error; the
-/// filter applies to leaderd's own events, other crates log warnings only.
+/// filter applies to leaderd's own events, other crates log warnings only, and the redis
+/// crate errors only (its warnings, dozens per failover, are what leaderd's own rate-limited
+/// `redis_error` line already reports) unless leaderd logs at trace.
 pub fn init(format: LogFormat, level: &str) {
-    let filter = EnvFilter::new(format!("warn,leaderd={level}"));
+    let filter = EnvFilter::new(filter_directives(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(Stderr)
@@ -27,6 +29,14 @@ pub fn init(format: LogFormat, level: &str) {
             .try_init(),
         LogFormat::Text => builder.with_ansi(false).try_init(),
     };
+}
+
+fn filter_directives(level: &str) -> String {
+    let redis = match level {
+        "trace" => "warn",
+        _ => "error",
+    };
+    format!("warn,redis={redis},leaderd={level}")
 }
 
 /// stderr, with every write error swallowed (a line that cannot be written is dropped) and
@@ -93,6 +103,13 @@ pub fn escape_text(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_redis_crate_logs_errors_only_unless_tracing() {
+        assert_eq!(filter_directives("info"), "warn,redis=error,leaderd=info");
+        assert_eq!(filter_directives("debug"), "warn,redis=error,leaderd=debug");
+        assert_eq!(filter_directives("trace"), "warn,redis=warn,leaderd=trace");
+    }
 
     #[test]
     fn control_characters_inside_a_line_are_escaped() {

@@ -38,6 +38,8 @@ const RENEW_DURATION_HELP: &str = "Round trip of each renew of the lease, in sec
 const STEP_DOWNS_HELP: &str = "Terms this replica has ended, by reason.";
 const REDIS_ERRORS_HELP: &str = "Failed Redis calls, by kind.";
 const HTTP_REFUSED_HELP: &str = "HTTP connections closed at once: publish.max_connections reached.";
+const EVICTION_RISK_HELP: &str =
+    "1 while a Redis server of the election has a maxmemory-policy other than noeviction.";
 const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
 
 /// Every series of the contract, in one private registry (never the global default, so
@@ -58,6 +60,7 @@ pub struct Metrics {
     http_refused: IntCounter,
     /// The hooks' and the proxy's series.
     pub outputs: OutputMetrics,
+    eviction_risk: IntGauge,
 }
 
 impl Metrics {
@@ -105,6 +108,7 @@ impl Metrics {
             ),
             http_refused: counter(r, "leaderd_http_refused_total", HTTP_REFUSED_HELP),
             outputs: OutputMetrics::new(r),
+            eviction_risk: int_gauge(r, "leaderd_redis_eviction_risk", EVICTION_RISK_HELP),
             registry,
         };
         metrics.register_build_info(version);
@@ -138,6 +142,11 @@ impl Metrics {
     /// Counts an HTTP connection closed at once because the connection cap was reached.
     pub fn http_refused(&self) {
         self.http_refused.inc();
+    }
+
+    /// Whether some Redis server of the election can evict its keys.
+    pub fn set_eviction_risk(&self, at_risk: bool) {
+        self.eviction_risk.set(i64::from(at_risk));
     }
 
     /// Counts a failed Redis call by its kind.

@@ -57,6 +57,7 @@ mod renew;
 mod round;
 #[cfg(test)]
 mod tests;
+mod undo;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -208,6 +209,14 @@ impl Lease for RedlockClient {
     }
     fn watch_releases(&self) -> ReleaseWatch {
         self.watch_all_releases()
+    }
+    fn eviction_policies(
+        &self,
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.lease.eviction_policies())
+            .collect()
     }
 }
 

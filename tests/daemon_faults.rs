@@ -354,6 +354,29 @@ fn lease_key_of_the_wrong_type_is_reported_and_never_led() {
     check_all_logs(&[d]);
 }
 
+/// A list at the fence key: the run logs name the fence key, never the lock key.
+#[test]
+fn fence_key_of_the_wrong_type_is_named_in_the_logs() {
+    let redis = RedisServer::start();
+    let fence = "leaderd:{wrongfence}:fence";
+    assert_eq!(redis.cmd(&["RPUSH", fence, "foreign"]), "1");
+    let mut d = Daemon::spawn(&DaemonOpts::new("wrongfence", "replica-a", &redis.url()));
+    let line = wait_until(Duration::from_secs(5), POLL, || {
+        warn_lines(&d)
+            .into_iter()
+            .find(|e| e.to_string().contains(fence))
+    })
+    .unwrap_or_else(|| panic!("no error naming the fence key:\n{}", d.log()));
+    assert!(
+        !line.to_string().contains("leaderd:{wrongfence}:lock"),
+        "{line}"
+    );
+    assert!(d.events_named("acquired").is_empty(), "{}", d.log());
+    assert!(d.is_running(), "{}", d.log());
+    assert_eq!(redis.cmd(&["LRANGE", fence, "0", "-1"]), "foreign");
+    check_all_logs(&[d]);
+}
+
 #[test]
 fn hung_redis_leader_steps_down_by_its_deadline_and_a_leader_returns() {
     let c = Cluster::start("hung", 3, false, "");

@@ -781,3 +781,34 @@ where
     }
     None
 }
+
+/// The fence key holding another type (a list): the error names the fence key, not the
+/// lock; a foreign lock at release names the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_type_names_the_foreign_key_fence_or_lock() {
+    let redis = RedisServer::start();
+    let c = client(&redis.url(), "wrongfence", "a", Duration::from_secs(5));
+    let keys = c.keys().clone();
+    assert_eq!(redis.cmd(&["RPUSH", &keys.fence, "foreign"]), "1");
+    let got = bounded("try_acquire", c.try_acquire(c.default_budget())).await;
+    assert_eq!(
+        got,
+        Err(LeaseError::WrongType {
+            key: keys.fence.clone()
+        })
+    );
+    assert!(got.unwrap_err().to_string().contains(&keys.fence));
+    assert_eq!(redis.cmd(&["LRANGE", &keys.fence, "0", "-1"]), "foreign");
+
+    assert_eq!(redis.cmd(&["DEL", &keys.fence]), "1");
+    seed_fence(&redis, "wrongfence");
+    let term = must_acquire(&c).await;
+    assert_eq!(redis.cmd(&["DEL", &keys.lock]), "1");
+    assert_eq!(redis.cmd(&["RPUSH", &keys.lock, "foreign"]), "1");
+    assert_eq!(
+        bounded("release", c.release(&term, c.default_budget())).await,
+        Err(LeaseError::WrongType {
+            key: keys.lock.clone()
+        })
+    );
+}

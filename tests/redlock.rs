@@ -666,3 +666,53 @@ fn daemons_with_a_minority_of_nodes_elect_nobody() {
     wait_leader(&daemons, Duration::from_secs(15)).expect("a leader once a majority is back");
     assert!(assert_safe(&daemons) >= 2);
 }
+
+/// Issue 13 item 5: a node frozen for 4 s while the leader holds. A follower's acquire to
+/// it times out (as does the undo); when the node resumes it executes the stale acquire,
+/// and the undo retried in the background takes it back: the node never holds the lease for
+/// the follower past a bound, and the leader's renewals take the node back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_keeps_no_stale_grant_for_a_follower() {
+    let nodes = start(3);
+    let name = "frozen-undo";
+    seed(&nodes, name, &[10, 10, 10]);
+    let leader = client(&urls(&nodes), name, "a");
+    let follower = client(&urls(&nodes), name, "b");
+    let mut term = acquired(leader.try_acquire(leader.default_budget()).await);
+    // The follower is connected to every node before the freeze, as a running one is.
+    let before = follower.try_acquire(follower.default_budget()).await;
+    assert!(matches!(before, Ok(Acquire::Denied(_))), "{before:?}");
+
+    nodes[2].pause();
+    let seen = follower.try_acquire(follower.default_budget()).await;
+    assert!(matches!(seen, Ok(Acquire::Denied(_))), "{seen:?}");
+    let resume_at = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < resume_at {
+        leader
+            .renew(&mut term, leader.default_budget())
+            .await
+            .expect("majority renews");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    nodes[2].resume();
+    let resumed = Instant::now();
+
+    // The bound: a few node timeouts for the retried undo to get through, well within the
+    // stale grant's own TTL.
+    let bound = NODE_TIMEOUT * 3 + SLACK; // 1 s, half the lease: the grant would still be there
+    let mut back_to_leader = false;
+    while resumed.elapsed() < bound + LEASE {
+        let holder = hget(&nodes[2], name, "holder");
+        if resumed.elapsed() > bound {
+            assert_ne!(holder, "b", "the frozen node still holds the stale grant");
+        }
+        back_to_leader |= holder == "a";
+        leader
+            .renew(&mut term, leader.default_budget())
+            .await
+            .expect("majority renews");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back_to_leader, "the leader never took the node back");
+    assert_eq!(hget(&nodes[2], name, "holder"), "a");
+}

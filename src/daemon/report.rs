@@ -196,6 +196,17 @@ impl ElectionEvents for Reporter {
         self.metrics.acquire_attempt(result);
     }
 
+    /// Not a term: only a WARN line, nothing published.
+    fn acquired_too_late(&self, grant: &Term) {
+        tracing::warn!(
+            event = "acquire_expired",
+            fence = grant.fence,
+            lease_valid_until_ms = unix_ms(grant.valid_until_wall),
+            "an acquire's reply came after its validity: not a term, releasing it (fence {})",
+            grant.fence
+        );
+    }
+
     fn observed(&self, seen: &Observed) {
         self.follower_saw(seen);
     }

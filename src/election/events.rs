@@ -16,6 +16,9 @@ pub trait ElectionEvents: Send + Sync {
     fn attempted(&self) {}
     /// An acquire attempt ended with `result`.
     fn acquire_result(&self, _result: AcquireResult) {}
+    /// An acquire was granted but its reply came after the grant's validity: no term
+    /// began, and the grant is released.
+    fn acquired_too_late(&self, _grant: &Term) {}
     /// A follower saw what holds the lease.
     fn observed(&self, _seen: &Observed) {}
     /// A Redis call failed.
@@ -57,14 +60,17 @@ pub enum AcquireResult {
     Held,
     /// Redis failed.
     Error,
+    /// Granted, but the reply came after the grant's validity: not a term, released.
+    Expired,
 }
 
 impl AcquireResult {
     /// Every result, in the order the metrics list them.
-    pub const ALL: [AcquireResult; 3] = [
+    pub const ALL: [AcquireResult; 4] = [
         AcquireResult::Acquired,
         AcquireResult::Held,
         AcquireResult::Error,
+        AcquireResult::Expired,
     ];
 
     /// The label value.
@@ -73,6 +79,7 @@ impl AcquireResult {
             AcquireResult::Acquired => "acquired",
             AcquireResult::Held => "held",
             AcquireResult::Error => "error",
+            AcquireResult::Expired => "expired",
         }
     }
 }

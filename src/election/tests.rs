@@ -60,6 +60,14 @@ impl ElectionEvents for TestEvents {
     fn released(&self, _: &Term) {
         self.note("released");
     }
+    fn acquired_too_late(&self, _: &Term) {
+        self.note("too_late");
+    }
+    fn acquire_result(&self, result: AcquireResult) {
+        if result == AcquireResult::Expired {
+            self.note("expired");
+        }
+    }
     fn stopped(&self) {
         self.note("stopped");
         self.state.send_modify(|s| s.set_phase(Phase::Stopped));
@@ -75,6 +83,7 @@ struct FakeLease {
     down: AtomicBool,
     releases: AtomicU64,
     released: watch::Sender<u64>,
+    late_replies: AtomicU64, // grants to answer as if the reply came after their validity
 }
 
 impl FakeLease {
@@ -129,6 +138,11 @@ impl Lease for FakeLease {
         let token = crate::lease::new_token();
         *self.held.lock().unwrap() = Some((token.clone(), fence, sent + LEASE));
         let validity = LEASE - drift(LEASE);
+        let late = self
+            .late_replies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let sent = if late { sent - LEASE } else { sent };
         Ok(Acquire::Acquired(Term {
             token,
             fence,
@@ -395,6 +409,36 @@ async fn yielding_sits_out_one_lease() {
         yielded.elapsed() >= LEASE,
         "sat out {:?}",
         yielded.elapsed()
+    );
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_whose_reply_came_after_its_validity_is_released_not_a_term() {
+    let lease = Arc::new(FakeLease::default());
+    lease.late_replies.store(1, Ordering::SeqCst);
+    let mut h = start(lease, AfterLoss::Contend);
+    let mut phases = h.state.clone();
+    let first_phase_change = tokio::spawn(async move {
+        phases
+            .wait_for(|s| s.phase == Phase::Leader)
+            .await
+            .unwrap()
+            .fence
+    });
+    let snap = wait_phase(&mut h.state, Phase::Leader).await;
+    assert_eq!(snap.fence, Some(2), "the late grant (fence 1) never led");
+    assert_eq!(bounded(first_phase_change).await, Some(2));
+    assert_eq!(
+        h.lease.releases.load(Ordering::SeqCst),
+        1,
+        "late grant released"
+    );
+    assert_eq!(
+        *h.log.lock().unwrap(),
+        ["expired", "too_late", "acquired"],
+        "counted, reported, then a real term"
     );
     h.shutdown.cancel();
     bounded(h.task).await;

@@ -62,6 +62,15 @@ pub trait Lease: Send + Sync + 'static {
         budget: Duration,
     ) -> impl Future<Output = Result<Observed, LeaseError>> + Send;
 
+    /// The `maxmemory-policy` of each server the lease uses, read at every (re)connect: a
+    /// policy other than `noeviction` can evict the lease (and, `allkeys-*`, the fencing
+    /// counter). Empty by default.
+    fn eviction_policies(
+        &self,
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+        Vec::new()
+    }
+
     /// A watch that changes whenever a release of the lease is published (and at every
     /// resubscription, since a release may have been missed meanwhile).
     fn watch_releases(&self) -> ReleaseWatch;

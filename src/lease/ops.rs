@@ -118,4 +118,10 @@ impl Lease for LeaseClient {
     fn watch_releases(&self) -> ReleaseWatch {
         self.subscribe_releases()
     }
+
+    fn eviction_policies(
+        &self,
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+        vec![self.endpoint().eviction_policy()]
+    }
 }

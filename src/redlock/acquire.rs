@@ -141,20 +141,27 @@ impl RedlockClient {
         Ok(Acquire::Denied(self.summarize(&held, free)))
     }
 
+    /// Takes the attempt back on `which`. A node that does not answer may still execute the
+    /// acquire when it resumes (the request sits in its socket), so its undo is retried in
+    /// the background until the node answers it (see [`super::undo`]).
     async fn undo(&self, token: &str, which: &[usize], t: Duration) {
-        join_all(which.iter().map(|&i| async move {
-            let mut call = self.undo.prepare_invoke();
-            call.key(&self.keys.lock).arg(token);
-            let _: Result<i64, _> = self.nodes[i]
-                .lease
-                .endpoint()
-                .call(
-                    Some(t),
-                    |mut c| async move { call.invoke_async(&mut c).await },
-                )
-                .await;
+        let answers = join_all(which.iter().map(|&i| async move {
+            let endpoint = self.nodes[i].lease.endpoint();
+            super::undo::undo_once(endpoint, &self.undo, &self.keys.lock, token, t).await
         }))
         .await;
+        for (&i, answer) in which.iter().zip(answers) {
+            if answer.is_err() {
+                super::undo::retry_in_background(
+                    self.nodes[i].lease.shared_endpoint(),
+                    self.undo.clone(),
+                    self.keys.lock.clone(),
+                    token.to_owned(),
+                    t,
+                    self.spec.lease_duration,
+                );
+            }
+        }
     }
 
     fn too_slow(&self, sent: Instant) -> LeaseError {

@@ -63,15 +63,20 @@ impl RedlockClient {
             .key(&self.keys.fence)
             .arg(token)
             .arg(fence);
-        let raised: i64 = node
+        let raised: Result<i64, _> = node
             .lease
             .endpoint()
             .call(
                 Some(t),
                 |mut c| async move { call.invoke_async(&mut c).await },
             )
-            .await
-            .map_err(|f| self.lift(f))?;
-        Ok(raised == 1)
+            .await;
+        match raised {
+            Ok(raised) => Ok(raised == 1),
+            Err(f) if f.code.as_deref() == Some("WRONGTYPE") => Err(LeaseError::WrongType {
+                key: node.lease.foreign_key().await,
+            }),
+            Err(f) => Err(self.lift(f)),
+        }
     }
 }
