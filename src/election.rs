@@ -9,7 +9,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{backoff, jittered, wait_for_holder, Acquire, Lease, LeaseError, Term};
+use crate::lease::{
+    backoff, jittered, wait_for_holder, Acquire, Announcement, Holder, Lease, LeaseError, Observed,
+    Term,
+};
 use crate::state::TermView;
 
 mod events;
@@ -194,6 +197,8 @@ async fn follow<L: Lease, E: ElectionEvents>(
 ) -> Option<Term> {
     let t = policy.timing;
     let mut failures = 0u32;
+    // What was published while we led (our own term's messages) is no news.
+    releases.mark_seen();
     loop {
         if inputs.shutdown.is_cancelled() {
             return None;
@@ -231,14 +236,36 @@ async fn follow<L: Lease, E: ElectionEvents>(
         if let Some(until) = sit_out_until.filter(|_| sitting_out) {
             wait = wait.min(until.saturating_duration_since(Instant::now()));
         }
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = releases.changed(), if contend => {}
-            _ = health_change(&mut inputs.healthy) => {}
-            _ = inputs.yields.recv() => {} // nothing to yield while following
-            _ = inputs.shutdown.cancelled() => return None,
+        let until = Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                msg = releases.changed() => match msg {
+                    Some(Announcement::Acquired { holder, fence }) => {
+                        if holder != lease.spec().holder {
+                            reporter.observed(&announced(holder, fence, t.lease_duration));
+                        }
+                    }
+                    _ if contend => break,
+                    _ => {}
+                },
+                _ = health_change(&mut inputs.healthy) => break,
+                Some(_) = inputs.yields.recv() => {} // nothing to yield while following
+                _ = inputs.shutdown.cancelled() => return None,
+            }
         }
     }
+}
+
+/// The lease as an `acquired` announcement tells it, without asking Redis: the new term
+/// has just begun, so it runs for a full lease duration.
+fn announced(holder: String, fence: u64, lease_duration: Duration) -> Observed {
+    Observed::Held(Holder {
+        holder,
+        fence,
+        remaining: Some(lease_duration),
+        address: None,
+    })
 }
 
 /// Holds the term, renewing every `retry_period`, until it must step down; returns why, with

@@ -22,6 +22,7 @@
 
 mod acl;
 mod acquire;
+mod announcement;
 mod interface;
 mod ops;
 mod reply;
@@ -35,6 +36,7 @@ use crate::conn::{Endpoint, RedisFailure};
 use crate::connector::{ConnectError, Connector};
 use crate::lease::acl::LeaseScript;
 
+pub use announcement::Announcement;
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
 pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Term};
@@ -49,6 +51,7 @@ pub struct LeaseClient {
     acquire: Script,
     renew: Script,
     release: Script,
+    announce: Script,
 }
 
 impl LeaseClient {
@@ -96,6 +99,7 @@ impl LeaseClient {
             acquire: Script::new(include_str!("../lua/acquire.lua")),
             renew: Script::new(include_str!("../lua/renew.lua")),
             release: Script::new(include_str!("../lua/release.lua")),
+            announce: Script::new(include_str!("../lua/announce.lua")),
         }
     }
 
@@ -109,6 +113,7 @@ impl LeaseClient {
             acquire: self.acquire.clone(),
             renew: self.renew.clone(),
             release: self.release.clone(),
+            announce: self.announce.clone(),
         }
     }
 

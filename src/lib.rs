@@ -123,8 +123,8 @@ pub use conn::{FailureKind, RedisFailure};
 pub use connector::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
 pub use election::{ElectionEvents, StepDown};
 pub use lease::{
-    Acquire, Holder, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed, ReleaseWatch,
-    Term,
+    Acquire, Announcement, Holder, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed,
+    ReleaseWatch, Term,
 };
 pub use lock::{LeaseGuard, Locker, LossReason, WatchdogConfig};
 pub use redlock::RedlockClient;

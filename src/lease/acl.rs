@@ -20,6 +20,8 @@ pub(crate) enum LeaseScript {
     Renew,
     /// `lua/release.lua`.
     Release,
+    /// `lua/announce.lua`.
+    Announce,
 }
 
 impl LeaseScript {
@@ -28,6 +30,7 @@ impl LeaseScript {
             LeaseScript::Acquire => "acquire",
             LeaseScript::Renew => "renew",
             LeaseScript::Release => "release",
+            LeaseScript::Announce => "announce",
         }
     }
 
@@ -45,11 +48,18 @@ impl LeaseScript {
                 c(&["SET", fence, "1"]),
                 c(&["HSET", lock, "holder", "x"]),
                 c(&["PEXPIRE", lock, "1"]),
+                c(&["PUBLISH", chan, "x"]),
             ],
             LeaseScript::Renew => vec![c(&["HGET", lock, "token"]), c(&["PEXPIRE", lock, "1"])],
             LeaseScript::Release => vec![
                 c(&["HGET", lock, "token"]),
                 c(&["DEL", lock]),
+                c(&["GET", fence]),
+                c(&["PUBLISH", chan, "x"]),
+            ],
+            LeaseScript::Announce => vec![
+                c(&["HGET", lock, "token"]),
+                c(&["HSET", lock, "confirmed", "1"]),
                 c(&["PUBLISH", chan, "x"]),
             ],
         }
