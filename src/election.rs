@@ -241,11 +241,12 @@ async fn follow<L: Lease, E: ElectionEvents>(
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => break,
                 msg = releases.changed() => match msg {
-                    Some(Announcement::Acquired { holder, fence }) => {
-                        if holder != lease.spec().holder {
-                            reporter.observed(&announced(holder, fence, t.lease_duration));
-                        }
+                    Some(Announcement::Acquired { holder, fence })
+                        if holder != lease.spec().holder =>
+                    {
+                        reporter.observed(&announced(holder, fence, t.lease_duration));
                     }
+                    Some(Announcement::Acquired { .. }) => {}
                     _ if contend => break,
                     _ => {}
                 },
