@@ -189,6 +189,8 @@ pub struct ElectionConfig {
     pub on_lost: OnLost,
     /// Set only when `http_get` or a `command` is configured.
     pub health_check: Option<HealthCheckConfig>,
+    /// Preference as a successor, 0..=1000 (higher first; default 0).
+    pub priority: u32,
 }
 
 /// Lead only while the local service is healthy.
@@ -224,6 +226,8 @@ pub struct PublishConfig {
     pub leader_file: Option<PathBuf>,
     /// When `/readyz` answers 200 (default leader).
     pub ready_when: ReadyWhen,
+    /// `host:port` others reach this replica at (candidates, the lease); None when unset.
+    pub advertise: Option<String>,
 }
 
 /// What happens when the child exits while this replica leads.

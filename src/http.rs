@@ -43,7 +43,13 @@ pub struct HttpContext {
     pub progress: Progress,
     /// The metrics `/metrics` renders.
     pub metrics: Arc<Metrics>,
+    /// Reads the candidates from Redis for `GET /candidates`: the JSON array, or why not.
+    pub candidates: Option<ReadCandidates>,
 }
+
+/// A read of the candidates (bounded by the command timeout): the JSON body, or the error.
+pub type ReadCandidates =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<String, String>> + Send + Sync>;
 
 impl HttpContext {
     fn snapshot(&self) -> Snapshot {
@@ -78,6 +84,7 @@ fn router(ctx: HttpContext, shutdown: CancellationToken) -> Router {
         .route("/readyz", get(readyz))
         .route("/leader", get(leader))
         .route("/metrics", get(metrics))
+        .route("/candidates", get(candidates))
         .route("/events", get(move |state| events(state, shutdown)))
         .with_state(ctx)
 }
@@ -115,6 +122,22 @@ async fn leader(State(ctx): State<HttpContext>) -> Json<StatusDoc> {
 async fn root(State(ctx): State<HttpContext>) -> Json<serde_json::Value> {
     let doc = ctx.document_of(&ctx.snapshot());
     Json(serde_json::json!({ "name": doc.leader.unwrap_or_default() }))
+}
+
+/// The candidates read from Redis now: 200 and the array, 503 `{"error"}` when unreachable.
+async fn candidates(State(ctx): State<HttpContext>) -> Response {
+    let read = match &ctx.candidates {
+        Some(read) => read().await,
+        None => Err("no candidates reader".into()),
+    };
+    match read {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "error": error })),
+        )
+            .into_response(),
+    }
 }
 
 /// The Prometheus text exposition, leadership gauges checked against now.

@@ -23,6 +23,7 @@
 mod acl;
 mod acquire;
 mod announcement;
+mod candidates;
 mod interface;
 mod ops;
 mod reply;
@@ -37,6 +38,7 @@ use crate::connector::{ConnectError, Connector};
 use crate::lease::acl::LeaseScript;
 
 pub use announcement::Announcement;
+pub use candidates::{Candidate, Heartbeat, Roster};
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
 pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Term};
@@ -52,6 +54,7 @@ pub struct LeaseClient {
     renew: Script,
     release: Script,
     announce: Script,
+    candidate: Script,
 }
 
 impl LeaseClient {
@@ -100,6 +103,7 @@ impl LeaseClient {
             renew: Script::new(include_str!("../lua/renew.lua")),
             release: Script::new(include_str!("../lua/release.lua")),
             announce: Script::new(include_str!("../lua/announce.lua")),
+            candidate: Script::new(include_str!("../lua/candidate.lua")),
         }
     }
 
@@ -114,6 +118,7 @@ impl LeaseClient {
             renew: self.renew.clone(),
             release: self.release.clone(),
             announce: self.announce.clone(),
+            candidate: self.candidate.clone(),
         }
     }
 

@@ -34,6 +34,7 @@ const RENEWALS_HELP: &str = "Attempts to renew the lease, by result.";
 const RENEW_DURATION_HELP: &str = "Round trip of each renew of the lease, in seconds.";
 const STEP_DOWNS_HELP: &str = "Terms this replica has ended, by reason.";
 const REDIS_ERRORS_HELP: &str = "Failed Redis calls, by kind.";
+const CANDIDATES_HELP: &str = "Registered candidates of the election as last read, by health.";
 const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
 
 /// Every series of the contract, in one private registry (never the global default, so
@@ -51,6 +52,7 @@ pub struct Metrics {
     renew_duration: Histogram,
     step_downs: IntCounterVec,
     redis_errors: IntCounterVec,
+    candidates: IntGaugeVec,
 }
 
 impl Metrics {
@@ -96,11 +98,31 @@ impl Metrics {
                 "kind",
                 &FailureKind::ALL.map(FailureKind::as_str),
             ),
+            candidates: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new("leaderd_candidates", CANDIDATES_HELP),
+                    &["healthy"],
+                )
+                .expect("valid gauge"),
+            ),
             registry,
         };
+        for h in ["true", "false"] {
+            metrics.candidates.with_label_values(&[h]).set(0);
+        }
         metrics.register_build_info(version);
         metrics.register_process();
         metrics
+    }
+
+    /// The candidates as last read: how many are healthy and how many not.
+    pub fn candidates(&self, healthy: usize, unhealthy: usize) {
+        let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+        self.candidates.with_label_values(&["true"]).set(n(healthy));
+        self.candidates
+            .with_label_values(&["false"])
+            .set(n(unhealthy));
     }
 
     /// Counts a term this replica has begun.

@@ -163,6 +163,7 @@ async fn start(ready_when: ReadyWhen, renew_deadline: Duration, first: Snapshot)
         state: rx,
         progress: progress.clone(),
         metrics: metrics.clone(),
+        candidates: None,
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(serve(listener, ctx, shutdown.clone()));

@@ -36,13 +36,17 @@ const SCHEMA: &[(&str, &[&str])] = &[
             "release_on_shutdown",
             "on_lost",
             "health_check",
+            "priority",
         ],
     ),
     (
         "election.health_check",
         &["http_get", "command", "period", "timeout", "failures"],
     ),
-    ("publish", &["http_addr", "leader_file", "ready_when"]),
+    (
+        "publish",
+        &["http_addr", "leader_file", "ready_when", "advertise"],
+    ),
     (
         "exec",
         &["command", "stop_signal", "grace_period", "on_exit"],

@@ -127,6 +127,7 @@ fn election(e: &ElectionConfig) -> Value {
         ("release_on_shutdown", Value::Bool(e.release_on_shutdown)),
         ("on_lost", text(name_of(ON_LOST, e.on_lost))),
         ("health_check", opt(e.health_check.as_ref(), health_check)),
+        ("priority", Value::from(e.priority)),
     ])
 }
 
@@ -150,6 +151,7 @@ fn publish(p: &PublishConfig) -> Value {
         ("http_addr", text(&addr)),
         ("leader_file", text(&file)),
         ("ready_when", text(name_of(READY_WHEN, p.ready_when))),
+        ("advertise", opt(p.advertise.as_deref(), text)),
     ])
 }
 

@@ -249,6 +249,7 @@ fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfi
             .get(r.file(&n, "on_lost"), choice(v::ON_LOST))
             .unwrap_or(OnLost::Contend),
         health_check: health_check(r, &n),
+        priority: r.get(r.file(&n, "priority"), v::priority).unwrap_or(0),
     };
     super::rules::election(r, &cfg);
     cfg
@@ -291,6 +292,7 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
         ready_when: r
             .get(r.file(&n, "ready_when"), choice(v::READY_WHEN))
             .unwrap_or(ReadyWhen::Leader),
+        advertise: r.get(r.file(&n, "advertise"), v::advertise).flatten(),
     }
 }
 

@@ -177,6 +177,34 @@ pub(super) fn jitter(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `election.priority`: an integer 0..=1000.
+pub(super) fn priority(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<i64>() {
+        Ok(p) if (0..=1000).contains(&p) => Ok(p as u32),
+        Ok(p) => Err(format!("{p} is out of range (allowed: 0..1000)")),
+        Err(_) => Err(format!("{s:?} is not an integer (allowed: 0..1000)")),
+    }
+}
+
+/// `publish.advertise`: `host:port`, or empty/`null` for none.
+pub(super) fn advertise(s: &str) -> Result<Option<String>, String> {
+    let s = s.trim();
+    if s.is_empty() || s == "null" || s == "~" {
+        return Ok(None);
+    }
+    let ok = s.len() <= 255
+        && !s.chars().any(|c| c.is_control() || c.is_whitespace())
+        && s.rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if ok {
+        Ok(Some(s.to_string()))
+    } else {
+        Err(format!(
+            "{s:?} is not host:port (allowed: host:port, or null)"
+        ))
+    }
+}
+
 pub(super) fn boolean(s: &str) -> Result<bool, String> {
     match s {
         "true" => Ok(true),

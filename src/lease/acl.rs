@@ -22,6 +22,8 @@ pub(crate) enum LeaseScript {
     Release,
     /// `lua/announce.lua`.
     Announce,
+    /// `lua/candidate.lua`.
+    Candidate,
 }
 
 impl LeaseScript {
@@ -31,6 +33,7 @@ impl LeaseScript {
             LeaseScript::Renew => "renew",
             LeaseScript::Release => "release",
             LeaseScript::Announce => "announce",
+            LeaseScript::Candidate => "candidate",
         }
     }
 
@@ -56,6 +59,13 @@ impl LeaseScript {
                 c(&["DEL", lock]),
                 c(&["GET", fence]),
                 c(&["PUBLISH", chan, "x"]),
+            ],
+            LeaseScript::Candidate => vec![
+                c(&["TIME"]),
+                c(&["HSET", &keys.candidates, "x", "x"]),
+                c(&["HDEL", &keys.candidates, "x"]),
+                c(&["HGETALL", &keys.candidates]),
+                c(&["PEXPIRE", &keys.candidates, "1"]),
             ],
             LeaseScript::Announce => vec![
                 c(&["HGET", lock, "token"]),

@@ -7,8 +7,8 @@ use futures::TryFutureExt;
 use tokio::time::Instant;
 
 use super::reply::not_replicated;
-use super::ReleaseWatch;
 use super::{new_token, Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
+use super::{Heartbeat, ReleaseWatch, Roster};
 use crate::lease::acl::LeaseScript;
 
 impl Lease for LeaseClient {
@@ -127,6 +127,10 @@ impl Lease for LeaseClient {
             reserved_for.unwrap_or_default(),
             ttl,
         ))
+    }
+
+    async fn heartbeat(&self, beat: Heartbeat<'_>, budget: Duration) -> Result<Roster, LeaseError> {
+        self.heartbeat_here(beat, budget).await
     }
 
     fn watch_releases(&self) -> ReleaseWatch {
