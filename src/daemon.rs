@@ -180,7 +180,9 @@ async fn run_with<L: Lease>(
     let progress = Progress::new();
     // With a health check, a replica is unhealthy until its first check passes.
     let healthy_at_start = config.election.health_check.is_none();
-    let (state_tx, state_rx) = watch::channel(Snapshot::starting(healthy_at_start));
+    let mut first = Snapshot::starting(healthy_at_start);
+    first.priority = config.election.priority;
+    let (state_tx, state_rx) = watch::channel(first);
     let state_tx = Arc::new(state_tx);
     let stop_outputs = CancellationToken::new();
 

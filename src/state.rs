@@ -65,6 +65,8 @@ pub struct Snapshot {
     pub observed_at: SystemTime,
     /// Whether the local service passes its health check (always true without one).
     pub healthy: bool,
+    /// This replica's `election.priority` (published in the status document).
+    pub priority: u32,
 }
 
 impl Snapshot {
@@ -77,6 +79,7 @@ impl Snapshot {
             term: None,
             observed_at: SystemTime::now(),
             healthy,
+            priority: 0,
         }
     }
 

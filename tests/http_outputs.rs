@@ -40,6 +40,7 @@ fn leader(valid_for: Duration) -> Snapshot {
         }),
         observed_at: now,
         healthy: true,
+        priority: 0,
     }
 }
 
@@ -51,6 +52,7 @@ fn follower() -> Snapshot {
         term: None,
         observed_at: SystemTime::now(),
         healthy: true,
+        priority: 0,
     }
 }
 

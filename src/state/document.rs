@@ -34,6 +34,7 @@ impl Snapshot {
             observed_at: rfc3339(self.observed_at),
             observed_at_ms: unix_ms(self.observed_at),
             healthy: self.healthy,
+            priority: self.priority,
         }
     }
 }
@@ -56,6 +57,7 @@ pub struct StatusDoc {
     pub observed_at: String,
     pub observed_at_ms: u64,
     pub healthy: bool,
+    pub priority: u32,
 }
 
 /// UTC, RFC 3339 with milliseconds.
@@ -83,6 +85,7 @@ mod tests {
             }),
             observed_at: now,
             healthy: true,
+            priority: 0,
         }
     }
 

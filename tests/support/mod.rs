@@ -64,7 +64,7 @@ pub fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> 
 }
 
 /// The keys of the contract's status document, in its order.
-pub const DOC_KEYS: [&str; 13] = [
+pub const DOC_KEYS: [&str; 14] = [
     "name",
     "identity",
     "state",
@@ -78,6 +78,7 @@ pub const DOC_KEYS: [&str; 13] = [
     "observed_at",
     "observed_at_ms",
     "healthy",
+    "priority",
 ];
 
 /// A new random term token (128 bits as 32 hex digits), as the lease makes them.
