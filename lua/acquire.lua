@@ -1,19 +1,31 @@
--- acquire.lua: take the lease when it is free, otherwise report who holds it.
--- KEYS[1] the lease hash, KEYS[2] the fencing counter (same hash tag).
+-- acquire.lua: take the lease when it is free (or reserved for us), otherwise report who
+-- holds it.
+-- KEYS[1] the lease hash, KEYS[2] the fencing counter, KEYS[3] the announcement channel
+-- (same hash tag).
 -- ARGV[1] holder identity, ARGV[2] token (new per term), ARGV[3] lease duration in ms,
 -- ARGV[4] the client's wall clock in ms (published as acquired_at_ms), ARGV[5] the address
--- the holder advertises ('' for none).
+-- the holder advertises ('' for none), ARGV[6] '1' to announce the grant here, '0' when the
+-- caller confirms it later (WAIT, Redlock: lua/announce.lua); until then the lease is marked
+-- unconfirmed and reported without a holder, so nobody names a leader whose term may be undone.
 -- Returns {1, fence} when granted, {0, holder, fence, pttl_ms, address, reserved_for} when
--- held (holder '' while quarantined or reserved; strings cut to their first 256 bytes).
+-- held (holder '' while quarantined, reserved or unconfirmed; strings cut to their first
+-- 256 bytes).
 -- A missing counter means a new election or lost data (we cannot tell which): seed the
 -- counter from the server clock in microseconds, so fences stay above any earlier ones, and
 -- quarantine the lease for one lease duration under an empty placeholder holder, so that no
 -- term can begin while a term granted before the loss may still be valid.
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl ~= -2 then
-  local cur = redis.call('HMGET', KEYS[1], 'holder', 'fence', 'address', 'reserved_for')
-  local function bounded(s) return string.sub(s or '', 1, 256) end
-  return {0, bounded(cur[1]), tonumber(cur[2]) or 0, ttl, bounded(cur[3]), bounded(cur[4])}
+  local cur = redis.call('HMGET', KEYS[1], 'holder', 'fence', 'address', 'reserved_for',
+    'confirmed')
+  local reserved = cur[4] or ''
+  if reserved == '' or reserved ~= ARGV[1] then
+    local holder = cur[1] or ''
+    if cur[5] == '0' then holder = '' end
+    return {0, string.sub(holder, 1, 256), tonumber(cur[2]) or 0, ttl,
+      string.sub(cur[3] or '', 1, 256), string.sub(reserved, 1, 256)}
+  end
+  redis.call('DEL', KEYS[1])
 end
 local fence = redis.call('INCR', KEYS[2])
 if fence == 1 then
@@ -25,12 +37,16 @@ if fence == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {0, '', tonumber(seed), tonumber(ARGV[3]), '', ''}
 end
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', ARGV[2], 'fence', fence,
+  'acquired_at_ms', ARGV[4], 'confirmed', ARGV[6])
 if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', ARGV[2], 'fence', fence,
-    'acquired_at_ms', ARGV[4], 'address', ARGV[5])
-else
-  redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', ARGV[2], 'fence', fence,
-    'acquired_at_ms', ARGV[4])
+  redis.call('HSET', KEYS[1], 'address', ARGV[5])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if ARGV[6] == '1' then
+  -- Fences have 16 digits: cjson would print them rounded, so numbers are formatted here.
+  redis.call('PUBLISH', KEYS[3], '{"event":"acquired","holder":' .. cjson.encode(ARGV[1]) ..
+    ',"fence":' .. string.format('%.0f', fence) .. ',"address":' ..
+    (ARGV[5] ~= '' and cjson.encode(ARGV[5]) or 'null') .. '}')
+end
 return {1, fence}

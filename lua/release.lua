@@ -1,10 +1,25 @@
--- release.lua: compare-and-delete, then tell the waiting candidates.
--- KEYS[1] the lease hash, KEYS[2] the release channel (same hash tag).
--- ARGV[1] token, ARGV[2] holder identity (the message published).
+-- release.lua: compare-and-delete, optionally reserving the lease for a successor, then
+-- announce it on the release channel as JSON.
+-- KEYS[1] the lease hash, KEYS[2] the release channel, KEYS[3] the fencing counter (same
+-- hash tag).
+-- ARGV[1] token, ARGV[2] holder identity, ARGV[3] successor ('' for none), ARGV[4] the
+-- reservation's TTL in ms (handover_window).
 -- Returns 1 when released, 0 when the lease is gone or belongs to another term.
-if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], ARGV[2])
-  return 1
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+  return 0
 end
-return 0
+local fence = redis.call('HGET', KEYS[1], 'fence')
+redis.call('DEL', KEYS[1])
+local reserved = 'null'
+if (ARGV[3] or '') ~= '' then
+  reserved = cjson.encode(ARGV[3])
+  local counter = redis.call('GET', KEYS[3]) or fence
+  redis.call('HSET', KEYS[1], 'holder', '', 'token', '', 'reserved_for', ARGV[3],
+    'fence', counter)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+-- Fences have 16 digits: cjson would print them rounded, so numbers are formatted here.
+redis.call('PUBLISH', KEYS[2], '{"event":"released","holder":' .. cjson.encode(ARGV[2]) ..
+  ',"fence":' .. string.format('%.0f', tonumber(fence) or 0) .. ',"reserved_for":' ..
+  reserved .. '}')
+return 1

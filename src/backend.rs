@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::connector::{ConnectError, RedisSpec, Topology};
 use crate::lease::{
-    Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, ReleaseWatch, Term,
+    Acquire, Heartbeat, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, ReleaseWatch, Roster,
+    Term,
 };
 use crate::redlock::RedlockClient;
 
@@ -91,6 +92,13 @@ impl Lease for Backend {
         match self {
             Backend::Redis(l) => l.observe(budget).await,
             Backend::Redlock(l) => l.observe(budget).await,
+        }
+    }
+
+    async fn heartbeat(&self, beat: Heartbeat<'_>, budget: Duration) -> Result<Roster, LeaseError> {
+        match self {
+            Backend::Redis(l) => l.heartbeat(beat, budget).await,
+            Backend::Redlock(l) => l.heartbeat(beat, budget).await,
         }
     }
 

@@ -6,7 +6,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, Config, Overrides};
 use crate::daemon;
-use crate::lease::{Lease, LeaseError, Observed};
+use crate::daemon::candidacy::Listed;
+use crate::lease::{Heartbeat, Lease, LeaseError, Observed};
 
 /// Exit code of a bad configuration or bad usage.
 pub const EXIT_USAGE: i32 = 2;
@@ -345,8 +346,20 @@ fn status(overrides: &Overrides, json: bool) -> i32 {
             return EXIT_USAGE;
         }
     };
-    match runtime().block_on(lease.observe(lease.default_budget())) {
-        Ok(seen) => print_status(&config.name, &seen, json),
+    let read = async {
+        let seen = lease.observe(lease.default_budget()).await?;
+        let roster = lease
+            .heartbeat(Heartbeat::Read, lease.default_budget())
+            .await
+            .unwrap_or_default();
+        Ok::<_, LeaseError>((seen, roster))
+    };
+    match runtime().block_on(read) {
+        Ok((seen, roster)) => {
+            let leader = seen.holder().map(|h| h.holder.clone());
+            let candidates = daemon::candidacy::listed(&roster, leader.as_deref());
+            print_status(&config.name, &seen, json, &candidates)
+        }
         Err(err) => {
             print_status_error(&config.name, &err, json);
             EXIT_FAILURE
@@ -354,7 +367,7 @@ fn status(overrides: &Overrides, json: bool) -> i32 {
     }
 }
 
-fn print_status(name: &str, seen: &Observed, json: bool) -> i32 {
+fn print_status(name: &str, seen: &Observed, json: bool, candidates: &[Listed]) -> i32 {
     let state = match seen {
         Observed::Vacant => "vacant",
         Observed::Quarantined { .. } => "quarantined",
@@ -377,7 +390,11 @@ fn print_status(name: &str, seen: &Observed, json: bool) -> i32 {
         if let Observed::Reserved { for_identity, .. } = seen {
             doc["reserved_for"] = serde_json::json!(for_identity);
         }
-        println!("{doc}");
+        // The candidates keep the contract's field order (a `Value` would sort them).
+        let mut text = doc.to_string();
+        text.pop();
+        let list = serde_json::to_string(candidates).unwrap_or_else(|_| "[]".into());
+        println!("{text},\"candidates\":{list}}}");
     } else {
         match seen {
             Observed::Vacant => println!("{name}: vacant (nobody holds the lease)"),
@@ -396,6 +413,9 @@ fn print_status(name: &str, seen: &Observed, json: bool) -> i32 {
                 shown_identity(for_identity),
                 remaining_ms.unwrap_or(0)
             ),
+        }
+        for c in candidates {
+            println!("{}", daemon::candidacy::line(c));
         }
     }
     if state == "held" {

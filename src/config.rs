@@ -195,6 +195,8 @@ pub struct ElectionConfig {
     pub on_lost: OnLost,
     /// Set only when `http_get` or a `command` is configured.
     pub health_check: Option<HealthCheckConfig>,
+    /// Preference as a successor, 0..=1000 (higher first; default 0).
+    pub priority: u32,
 }
 
 /// Lead only while the local service is healthy.

@@ -101,6 +101,9 @@ impl RedisFailure {
             _ if out_of_memory => FailureKind::Other,
             (_, Some("NOAUTH" | "WRONGPASS" | "NOPERM")) => FailureKind::Auth,
             (ErrorKind::AuthenticationFailed, _) => FailureKind::Auth,
+            // What Redis answers an unauthenticated client's longer request (> 10 arguments,
+            // e.g. the acquire script's call) instead of NOAUTH.
+            _ if err.to_string().contains("Protocol error: unauthenticated") => FailureKind::Auth,
             // A replica (a demoted master after a failover): connect again, which for
             // Sentinel means asking where the master is now.
             (_, Some("READONLY" | "MASTERDOWN")) => FailureKind::Connection,

@@ -1,6 +1,7 @@
 //! `leaderd run`: wires the lease, the elector, the HTTP server, the leader file and the
 //! metrics together around one state channel, and runs them until shutdown.
 
+pub(crate) mod candidacy;
 mod eviction;
 mod report;
 
@@ -154,6 +155,33 @@ pub(crate) async fn run(
     Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)
 }
 
+/// `GET /candidates`: the candidates read from Redis when asked, within the command timeout.
+fn candidates_reader<L: Lease>(lease: Arc<L>, config: &Config) -> crate::http::ReadCandidates {
+    let budget = config.redis.command_timeout;
+    Arc::new(move || {
+        let lease = lease.clone();
+        Box::pin(async move {
+            let both = async {
+                tokio::join!(
+                    lease.heartbeat(crate::lease::Heartbeat::Read, budget),
+                    lease.observe(budget)
+                )
+            };
+            let (roster, seen) = tokio::time::timeout(budget, both)
+                .await
+                .map_err(|_| "redis: timed out reading the candidates".to_string())?;
+            let roster = roster.map_err(|e| e.to_string())?;
+            let seen = seen.ok();
+            let leader = seen
+                .as_ref()
+                .and_then(|s| s.holder())
+                .map(|h| h.holder.clone());
+            let list = candidacy::listed(&roster, leader.as_deref());
+            serde_json::to_string(&list).map_err(|e| e.to_string())
+        })
+    })
+}
+
 /// Runs the daemon over any lease; `proxy` is the bound `proxy.listen`, if any.
 async fn run_with<L: Lease>(
     lease: Arc<L>,
@@ -167,7 +195,9 @@ async fn run_with<L: Lease>(
     let progress = Progress::new();
     // With a health check, a replica is unhealthy until its first check passes.
     let healthy_at_start = config.election.health_check.is_none();
-    let (state_tx, state_rx) = watch::channel(Snapshot::starting(healthy_at_start));
+    let mut first = Snapshot::starting(healthy_at_start);
+    first.priority = config.election.priority;
+    let (state_tx, state_rx) = watch::channel(first);
     let state_tx = Arc::new(state_tx);
     let stop_outputs = CancellationToken::new();
 
@@ -181,6 +211,7 @@ async fn run_with<L: Lease>(
             progress: progress.clone(),
             metrics: metrics.clone(),
             max_connections: config.publish.max_connections,
+            candidates: Some(candidates_reader(lease.clone(), &config)),
         };
         tokio::spawn(crate::http::serve(listener, ctx, stop_outputs.clone()))
     });
@@ -212,6 +243,22 @@ async fn run_with<L: Lease>(
         proxy: proxy.is_some().then_some(gate),
         advertise: config.publish.advertise.clone(),
     };
+    let latest = candidacy::Latest::default();
+    let stop_candidacy = CancellationToken::new();
+    let candidacy = tokio::spawn(candidacy::run(
+        lease.clone(),
+        candidacy::Profile {
+            identity: config.identity.clone(),
+            priority: config.election.priority,
+            address: config.publish.advertise.clone(),
+            lease_duration: config.election.lease_duration,
+            command_timeout: config.redis.command_timeout,
+        },
+        state_rx.clone(),
+        metrics.clone(),
+        latest.clone(),
+        stop_candidacy.clone(),
+    ));
     drop(state_rx);
 
     tracing::info!(
@@ -251,6 +298,9 @@ async fn run_with<L: Lease>(
     stop_checks.cancel();
     finish_hooks.cancel();
     let _ = hooks.await;
+    // After the release: the entry goes last, so a successor still sees it until then.
+    stop_candidacy.cancel();
+    let _ = candidacy.await;
 
     // The elector sent `stopped` and dropped its sender: the file writer ends after
     // writing it. HTTP answers until then.

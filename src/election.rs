@@ -9,7 +9,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{backoff, jittered, wait_for_holder, Acquire, Lease, LeaseError, Term};
+use crate::lease::{
+    backoff, jittered, wait_for_holder, Acquire, Announcement, Holder, Lease, LeaseError, Observed,
+    Term,
+};
 use crate::state::TermView;
 
 mod events;
@@ -198,6 +201,8 @@ async fn follow<L: Lease, E: ElectionEvents>(
 ) -> Option<Term> {
     let t = policy.timing;
     let mut failures = 0u32;
+    // What was published while we led (our own term's messages) is no news.
+    releases.mark_seen();
     loop {
         if inputs.shutdown.is_cancelled() {
             return None;
@@ -239,12 +244,25 @@ async fn follow<L: Lease, E: ElectionEvents>(
         if let Some(until) = sit_out_until.filter(|_| sitting_out) {
             wait = wait.min(until.saturating_duration_since(Instant::now()));
         }
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = releases.changed(), if contend => {}
-            _ = health_change(&mut inputs.healthy) => {}
-            Some(()) = inputs.yields.recv() => {} // nothing to yield while following; closed: never
-            _ = inputs.shutdown.cancelled() => return None,
+        let until = Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                msg = releases.changed() => match msg {
+                    Some(Announcement::Acquired { holder, fence, address })
+                        if holder != lease.spec().holder =>
+                    {
+                        let seen = announced(holder, fence, address, t.lease_duration);
+                        reporter.observed(&seen);
+                    }
+                    Some(Announcement::Acquired { .. }) => {}
+                    _ if contend => break,
+                    _ => {}
+                },
+                _ = health_change(&mut inputs.healthy) => break,
+                Some(_) = inputs.yields.recv() => {} // nothing to yield while following
+                _ = inputs.shutdown.cancelled() => return None,
+            }
         }
     }
 }
@@ -262,6 +280,22 @@ async fn undo_expired_grant<L: Lease, E: ElectionEvents>(
     if let Err(err) = lease.release(term, budget).await {
         reporter.redis_failed(&err);
     }
+}
+
+/// The lease as an `acquired` announcement tells it, without asking Redis: the new term
+/// has just begun, so it runs for a full lease duration.
+fn announced(
+    holder: String,
+    fence: u64,
+    address: Option<String>,
+    lease_duration: Duration,
+) -> Observed {
+    Observed::Held(Holder {
+        holder,
+        fence,
+        remaining: Some(lease_duration),
+        address,
+    })
 }
 
 /// Holds the term, renewing every `retry_period`, until it must step down; returns why, with

@@ -45,7 +45,13 @@ pub struct HttpContext {
     pub metrics: Arc<Metrics>,
     /// `publish.max_connections`: open connections past it are closed at once.
     pub max_connections: u32,
+    /// Reads the candidates from Redis for `GET /candidates`: the JSON array, or why not.
+    pub candidates: Option<ReadCandidates>,
 }
+
+/// A read of the candidates (bounded by the command timeout): the JSON body, or the error.
+pub type ReadCandidates =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<String, String>> + Send + Sync>;
 
 impl HttpContext {
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -86,6 +92,7 @@ fn router(ctx: HttpContext) -> Router {
         .route("/readyz", get(readyz))
         .route("/leader", get(leader))
         .route("/metrics", get(metrics))
+        .route("/candidates", get(candidates))
         .route("/events", get(events::events))
         .with_state(ctx)
 }
@@ -123,6 +130,22 @@ async fn leader(State(ctx): State<HttpContext>) -> Json<StatusDoc> {
 async fn root(State(ctx): State<HttpContext>) -> Json<serde_json::Value> {
     let doc = ctx.document_of(&ctx.snapshot());
     Json(serde_json::json!({ "name": doc.leader.unwrap_or_default() }))
+}
+
+/// The candidates read from Redis now: 200 and the array, 503 `{"error"}` when unreachable.
+async fn candidates(State(ctx): State<HttpContext>) -> Response {
+    let read = match &ctx.candidates {
+        Some(read) => read().await,
+        None => Err("no candidates reader".into()),
+    };
+    match read {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "error": error })),
+        )
+            .into_response(),
+    }
 }
 
 /// The Prometheus text exposition, leadership gauges checked against now.

@@ -22,6 +22,8 @@
 
 mod acl;
 mod acquire;
+mod announcement;
+mod candidates;
 mod foreign;
 mod interface;
 mod ops;
@@ -36,6 +38,8 @@ use crate::conn::{Endpoint, RedisFailure};
 use crate::connector::{ConnectError, Connector};
 use crate::lease::acl::LeaseScript;
 
+pub use announcement::Announcement;
+pub use candidates::{Candidate, Heartbeat, Roster};
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
 pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Term};
@@ -50,6 +54,8 @@ pub struct LeaseClient {
     acquire: Script,
     renew: Script,
     release: Script,
+    announce: Script,
+    candidate: Script,
 }
 
 impl LeaseClient {
@@ -97,6 +103,8 @@ impl LeaseClient {
             acquire: Script::new(include_str!("../lua/acquire.lua")),
             renew: Script::new(include_str!("../lua/renew.lua")),
             release: Script::new(include_str!("../lua/release.lua")),
+            announce: Script::new(include_str!("../lua/announce.lua")),
+            candidate: Script::new(include_str!("../lua/candidate.lua")),
         }
     }
 
@@ -110,6 +118,8 @@ impl LeaseClient {
             acquire: self.acquire.clone(),
             renew: self.renew.clone(),
             release: self.release.clone(),
+            announce: self.announce.clone(),
+            candidate: self.candidate.clone(),
         }
     }
 

@@ -131,8 +131,8 @@ pub use connector::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
 pub use election::{ElectionEvents, StepDown};
 pub use eviction::EvictionPolicy;
 pub use lease::{
-    Acquire, Holder, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed, ReleaseWatch,
-    Term,
+    Acquire, Announcement, Candidate, Heartbeat, Holder, Lease, LeaseClient, LeaseError, LeaseKeys,
+    LeaseSpec, Observed, ReleaseWatch, Roster, Term,
 };
 pub use lock::{LeaseGuard, Locker, LossReason, WatchdogConfig};
 pub use redlock::RedlockClient;

@@ -40,6 +40,7 @@ const REDIS_ERRORS_HELP: &str = "Failed Redis calls, by kind.";
 const HTTP_REFUSED_HELP: &str = "HTTP connections closed at once: publish.max_connections reached.";
 const EVICTION_RISK_HELP: &str =
     "1 while a Redis server of the election has a maxmemory-policy other than noeviction.";
+const CANDIDATES_HELP: &str = "Registered candidates of the election as last read, by health.";
 const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
 
 /// Every series of the contract, in one private registry (never the global default, so
@@ -61,6 +62,7 @@ pub struct Metrics {
     /// The hooks' and the proxy's series.
     pub outputs: OutputMetrics,
     eviction_risk: IntGauge,
+    candidates: IntGaugeVec,
 }
 
 impl Metrics {
@@ -109,11 +111,31 @@ impl Metrics {
             http_refused: counter(r, "leaderd_http_refused_total", HTTP_REFUSED_HELP),
             outputs: OutputMetrics::new(r),
             eviction_risk: int_gauge(r, "leaderd_redis_eviction_risk", EVICTION_RISK_HELP),
+            candidates: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new("leaderd_candidates", CANDIDATES_HELP),
+                    &["healthy"],
+                )
+                .expect("valid gauge"),
+            ),
             registry,
         };
+        for h in ["true", "false"] {
+            metrics.candidates.with_label_values(&[h]).set(0);
+        }
         metrics.register_build_info(version);
         metrics.register_process();
         metrics
+    }
+
+    /// The candidates as last read: how many are healthy and how many not.
+    pub fn candidates(&self, healthy: usize, unhealthy: usize) {
+        let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+        self.candidates.with_label_values(&["true"]).set(n(healthy));
+        self.candidates
+            .with_label_values(&["false"])
+            .set(n(unhealthy));
     }
 
     /// Counts a term this replica has begun.

@@ -66,7 +66,8 @@ use redis::{Client, Script};
 
 use crate::connector::ConnectError;
 use crate::lease::{
-    Acquire, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed, ReleaseWatch, Term,
+    Acquire, Heartbeat, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed,
+    ReleaseWatch, Roster, Term,
 };
 
 /// A lease held on a majority of independent Redis masters (see the module docs).
@@ -206,6 +207,22 @@ impl Lease for RedlockClient {
     }
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
         self.observe_round(budget).await
+    }
+    async fn heartbeat(&self, beat: Heartbeat<'_>, budget: Duration) -> Result<Roster, LeaseError> {
+        let t = self.per_node(budget);
+        let answers = self.all(|node| node.lease.heartbeat_here(beat, t)).await;
+        let mut rosters = Vec::new();
+        let mut errors = Vec::new();
+        for (i, a) in answers.into_iter().enumerate() {
+            match a {
+                Ok(r) => rosters.push(r),
+                Err(e) => errors.push((i, e)),
+            }
+        }
+        if rosters.len() < self.quorum() {
+            return Err(self.unavailable("heartbeat", rosters.len(), &errors));
+        }
+        Ok(Roster::merge(rosters))
     }
     fn watch_releases(&self) -> ReleaseWatch {
         self.watch_all_releases()

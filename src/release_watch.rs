@@ -7,17 +7,18 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 use crate::connector::Connector;
+use crate::lease::Announcement;
 
 /// Keeps a subscription to `channel` until `tx` has no receivers, resubscribing after any
 /// loss of the connection, on connections from `connector`: the server, the current Sentinel
 /// master (looked up again at every resubscription, so a failover is followed), or a cluster
 /// node. Each release, and each fresh subscription (a release may have been missed while it
-/// was down), bumps the counter in `tx`.
+/// was down), is sent on `tx`: the parsed announcement, or `None`.
 pub(crate) async fn listen_with(
     connector: Connector,
     channel: String,
     connect_timeout: Duration,
-    tx: watch::Sender<u64>,
+    tx: watch::Sender<Option<Announcement>>,
 ) {
     let mut pause = Duration::from_millis(50);
     while !tx.is_closed() {
@@ -26,12 +27,14 @@ pub(crate) async fn listen_with(
         match tokio::time::timeout(connect_timeout, subscribed).await {
             Ok(Ok(pubsub)) => {
                 pause = Duration::from_millis(50);
-                tx.send_modify(|n| *n += 1);
+                tx.send_replace(None);
                 let mut messages = pubsub.into_on_message();
                 loop {
                     tokio::select! {
                         msg = messages.next() => match msg {
-                            Some(_) => tx.send_modify(|n| *n += 1),
+                            Some(msg) => {
+                                tx.send_replace(Announcement::parse(msg.get_payload_bytes()));
+                            }
                             None => break,
                         },
                         _ = tx.closed() => return,

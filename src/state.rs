@@ -68,6 +68,8 @@ pub struct Snapshot {
     /// The leader's advertised address (`LeaseSpec::address`) as last observed; this
     /// replica's own while it leads.
     pub leader_address: Option<String>,
+    /// This replica's `election.priority` (published in the status document).
+    pub priority: u32,
 }
 
 impl Snapshot {
@@ -81,6 +83,7 @@ impl Snapshot {
             observed_at: SystemTime::now(),
             healthy,
             leader_address: None,
+            priority: 0,
         }
     }
 

@@ -254,10 +254,17 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
     // `status`: held, exit 0, the documented shape.
     let (code, st) = status_json(&c, 1);
     assert_eq!(code, Some(0), "{st}");
-    let want: BTreeSet<String> = ["name", "state", "holder", "fence", "remaining_ms"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let want: BTreeSet<String> = [
+        "name",
+        "state",
+        "holder",
+        "fence",
+        "remaining_ms",
+        "candidates",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     assert_eq!(keys_of(&st), want, "{st}");
     assert_eq!(st["state"], "held");
     assert_eq!(st["holder"], who.as_str());

@@ -236,7 +236,15 @@ fn assert_status_shape(doc: &Value) {
         .keys()
         .map(String::as_str)
         .collect();
-    let want: BTreeSet<&str> = ["name", "state", "holder", "fence", "remaining_ms"].into();
+    let want: BTreeSet<&str> = [
+        "name",
+        "state",
+        "holder",
+        "fence",
+        "remaining_ms",
+        "candidates",
+    ]
+    .into();
     assert_eq!(keys, want, "{doc}");
 }
 

@@ -41,6 +41,7 @@ fn leader(valid_for: Duration) -> Snapshot {
         observed_at: now,
         healthy: true,
         leader_address: None,
+        priority: 0,
     }
 }
 
@@ -53,6 +54,7 @@ fn follower() -> Snapshot {
         observed_at: SystemTime::now(),
         healthy: true,
         leader_address: None,
+        priority: 0,
     }
 }
 
@@ -166,6 +168,7 @@ async fn start(ready_when: ReadyWhen, renew_deadline: Duration, first: Snapshot)
         progress: progress.clone(),
         metrics: metrics.clone(),
         max_connections: 1024,
+        candidates: None,
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(serve(listener, ctx, shutdown.clone()));

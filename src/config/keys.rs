@@ -36,6 +36,7 @@ const SCHEMA: &[(&str, &[&str])] = &[
             "release_on_shutdown",
             "on_lost",
             "health_check",
+            "priority",
         ],
     ),
     (

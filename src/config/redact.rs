@@ -140,6 +140,7 @@ fn election(e: &ElectionConfig) -> Value {
         ("release_on_shutdown", Value::Bool(e.release_on_shutdown)),
         ("on_lost", text(name_of(ON_LOST, e.on_lost))),
         ("health_check", opt(e.health_check.as_ref(), health_check)),
+        ("priority", Value::from(e.priority)),
     ])
 }
 

@@ -252,6 +252,7 @@ fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfi
             .get(r.file(&n, "on_lost"), choice(v::ON_LOST))
             .unwrap_or(OnLost::Contend),
         health_check: health_check(r, &n),
+        priority: r.get(r.file(&n, "priority"), v::priority).unwrap_or(0),
     };
     super::rules::election(r, &cfg);
     cfg

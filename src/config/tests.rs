@@ -85,6 +85,10 @@ fn defaults_from_a_minimal_file() {
         Some("/var/run/leaderd/leader.json".into())
     );
     assert_eq!(c.publish.ready_when, ReadyWhen::Leader);
+    assert_eq!(
+        (c.election.priority, c.publish.advertise.clone()),
+        (0, None)
+    );
     assert!(c.exec.command.is_empty());
     assert_eq!(c.exec.stop_signal, Signal::SIGTERM);
     assert_eq!(c.exec.grace_period, Duration::from_secs(3));

@@ -197,6 +197,15 @@ pub(super) fn jitter(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `election.priority`: an integer 0..=1000.
+pub(super) fn priority(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<i64>() {
+        Ok(p) if (0..=1000).contains(&p) => Ok(p as u32),
+        Ok(p) => Err(format!("{p} is out of range (allowed: 0..1000)")),
+        Err(_) => Err(format!("{s:?} is not an integer (allowed: 0..1000)")),
+    }
+}
+
 pub(super) fn boolean(s: &str) -> Result<bool, String> {
     match s {
         "true" => Ok(true),

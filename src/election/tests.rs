@@ -181,6 +181,14 @@ impl Lease for FakeLease {
             .live()
             .map_or(Observed::Vacant, |(h, fence, exp)| holder(h, fence, exp)))
     }
+    async fn heartbeat(
+        &self,
+        _: crate::lease::Heartbeat<'_>,
+        _: Duration,
+    ) -> Result<crate::lease::Roster, LeaseError> {
+        self.check()?;
+        Ok(crate::lease::Roster::default())
+    }
     fn watch_releases(&self) -> ReleaseWatch {
         ReleaseWatch::from_receiver(self.released.subscribe())
     }

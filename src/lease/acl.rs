@@ -20,6 +20,10 @@ pub(crate) enum LeaseScript {
     Renew,
     /// `lua/release.lua`.
     Release,
+    /// `lua/announce.lua`.
+    Announce,
+    /// `lua/candidate.lua`.
+    Candidate,
 }
 
 impl LeaseScript {
@@ -28,6 +32,8 @@ impl LeaseScript {
             LeaseScript::Acquire => "acquire",
             LeaseScript::Renew => "renew",
             LeaseScript::Release => "release",
+            LeaseScript::Announce => "announce",
+            LeaseScript::Candidate => "candidate",
         }
     }
 
@@ -45,11 +51,25 @@ impl LeaseScript {
                 c(&["SET", fence, "1"]),
                 c(&["HSET", lock, "holder", "x"]),
                 c(&["PEXPIRE", lock, "1"]),
+                c(&["PUBLISH", chan, "x"]),
             ],
             LeaseScript::Renew => vec![c(&["HGET", lock, "token"]), c(&["PEXPIRE", lock, "1"])],
             LeaseScript::Release => vec![
                 c(&["HGET", lock, "token"]),
                 c(&["DEL", lock]),
+                c(&["GET", fence]),
+                c(&["PUBLISH", chan, "x"]),
+            ],
+            LeaseScript::Candidate => vec![
+                c(&["TIME"]),
+                c(&["HSET", &keys.candidates, "x", "x"]),
+                c(&["HDEL", &keys.candidates, "x"]),
+                c(&["HGETALL", &keys.candidates]),
+                c(&["PEXPIRE", &keys.candidates, "1"]),
+            ],
+            LeaseScript::Announce => vec![
+                c(&["HGET", lock, "token"]),
+                c(&["HSET", lock, "confirmed", "1"]),
                 c(&["PUBLISH", chan, "x"]),
             ],
         }

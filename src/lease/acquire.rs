@@ -18,6 +18,7 @@ impl LeaseClient {
         &self,
         token: String,
         budget: Duration,
+        announce: bool,
     ) -> Result<Acquire, LeaseError> {
         let timeout = Some(budget);
         let sent = Instant::now();
@@ -25,11 +26,13 @@ impl LeaseClient {
         let mut call = self.acquire.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.fence)
+            .key(&self.keys.released)
             .arg(&self.spec.holder)
             .arg(&token)
             .arg(self.ttl_ms())
             .arg(unix_ms(sent_wall))
-            .arg(self.spec.address.as_deref().unwrap_or(""));
+            .arg(self.spec.address.as_deref().unwrap_or(""))
+            .arg(if announce { "1" } else { "0" });
         let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
         let wanted = endpoint.min_replicas_ack();
         let (reply, acked): (redis::Value, Option<i64>) = endpoint
@@ -59,10 +62,39 @@ impl LeaseClient {
                 if let Some(got) = acked.filter(|&n| n < i64::from(wanted)) {
                     return Err(self.undo_unreplicated(&term, wanted, got).await);
                 }
+                if acked.is_some() {
+                    self.announce(&term.token, fence, self.spec.command_timeout)
+                        .await?;
+                }
                 Ok(Acquire::Acquired(term))
             }
             AcquireReply::Denied(seen) => Ok(Acquire::Denied(seen)),
         }
+    }
+
+    /// Announces a confirmed term (`lua/announce.lua`): marks it confirmed and publishes
+    /// `{"event":"acquired",..}`, so followers name it only once it can no longer be undone.
+    /// Returns false when the lease is no longer this token's.
+    pub(crate) async fn announce(
+        &self,
+        token: &str,
+        fence: u64,
+        budget: Duration,
+    ) -> Result<bool, LeaseError> {
+        let mut call = self.announce.prepare_invoke();
+        call.key(&self.keys.lock)
+            .key(&self.keys.released)
+            .arg(token)
+            .arg(&self.spec.holder)
+            .arg(fence);
+        let done: i64 = self
+            .endpoint
+            .call(Some(budget), |mut c| async move {
+                call.invoke_async(&mut c).await
+            })
+            .or_else(|f| self.fail(f, LeaseScript::Announce))
+            .await?;
+        Ok(done == 1)
     }
 
     /// The error of an acquire that only `got` of `wanted` replicas acknowledged, once the

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquire, LeaseError, LeaseSpec, Observed, ReleaseWatch, Term};
+use super::{Acquire, Heartbeat, LeaseError, LeaseSpec, Observed, ReleaseWatch, Roster, Term};
 
 /// A named lease that only its holder can extend or release, with fencing tokens.
 ///
@@ -70,6 +70,16 @@ pub trait Lease: Send + Sync + 'static {
     ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
         Vec::new()
     }
+    /// The candidates' heartbeat: writes, refreshes or removes this replica's entry (or only
+    /// reads) and returns the live candidates. On Redlock it counts on a majority of nodes.
+    ///
+    /// # Errors
+    /// `Unavailable` or `WrongType`.
+    fn heartbeat(
+        &self,
+        beat: Heartbeat<'_>,
+        budget: Duration,
+    ) -> impl Future<Output = Result<Roster, LeaseError>> + Send;
 
     /// A watch that changes whenever a release of the lease is published (and at every
     /// resubscription, since a release may have been missed meanwhile).

@@ -7,8 +7,8 @@ use futures::TryFutureExt;
 use tokio::time::Instant;
 
 use super::reply::not_replicated;
-use super::ReleaseWatch;
 use super::{new_token, Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
+use super::{Heartbeat, ReleaseWatch, Roster};
 use crate::lease::acl::LeaseScript;
 
 impl Lease for LeaseClient {
@@ -21,7 +21,9 @@ impl Lease for LeaseClient {
     }
 
     async fn try_acquire(&self, budget: Duration) -> Result<Acquire, LeaseError> {
-        self.try_acquire_with_token(new_token(), budget).await
+        let announce = self.endpoint.min_replicas_ack() == 0;
+        self.try_acquire_with_token(new_token(), budget, announce)
+            .await
     }
 
     async fn renew(&self, term: &mut Term, budget: Duration) -> Result<(), LeaseError> {
@@ -69,8 +71,11 @@ impl Lease for LeaseClient {
         let mut call = self.release.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.released)
+            .key(&self.keys.fence)
             .arg(&term.token)
-            .arg(&self.spec.holder);
+            .arg(&self.spec.holder)
+            .arg("")
+            .arg(0);
         let released: i64 = self
             .endpoint
             .call(
@@ -84,7 +89,13 @@ impl Lease for LeaseClient {
 
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
         let lock = self.keys.lock.clone();
-        type Fields = (Option<String>, Option<u64>, Option<String>, Option<String>);
+        type Fields = (
+            Option<String>,
+            Option<u64>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
         let (fields, ttl): (Fields, i64) = self
             .endpoint
             .call(Some(budget), |mut c| async move {
@@ -95,6 +106,7 @@ impl Lease for LeaseClient {
                     .arg("fence")
                     .arg("address")
                     .arg("reserved_for")
+                    .arg("confirmed")
                     .cmd("PTTL")
                     .arg(&lock)
                     .query_async(&mut c)
@@ -105,7 +117,9 @@ impl Lease for LeaseClient {
         if ttl == -2 {
             return Ok(Observed::Vacant);
         }
-        let (holder, fence, address, reserved_for) = fields;
+        let (holder, fence, address, reserved_for, confirmed) = fields;
+        // An unconfirmed term (WAIT, Redlock) may still be undone: name nobody yet.
+        let holder = holder.filter(|_| confirmed.as_deref() != Some("0"));
         Ok(Observed::from_fields(
             holder.unwrap_or_default(),
             fence.unwrap_or(0),
@@ -113,6 +127,10 @@ impl Lease for LeaseClient {
             reserved_for.unwrap_or_default(),
             ttl,
         ))
+    }
+
+    async fn heartbeat(&self, beat: Heartbeat<'_>, budget: Duration) -> Result<Roster, LeaseError> {
+        self.heartbeat_here(beat, budget).await
     }
 
     fn watch_releases(&self) -> ReleaseWatch {

@@ -49,6 +49,7 @@ impl LeaseSpec {
             lock: format!("{base}:lock"),
             fence: format!("{base}:fence"),
             released: format!("{base}:released"),
+            candidates: format!("{base}:candidates"),
         }
     }
 
@@ -73,6 +74,8 @@ pub struct LeaseKeys {
     pub fence: String,
     /// The channel a release is published on.
     pub released: String,
+    /// The candidates' registry (a hash: identity -> JSON entry).
+    pub candidates: String,
 }
 
 /// One term of leadership held by this client.

@@ -55,7 +55,11 @@ impl RedlockClient {
     async fn vote(&self, token: &str, t: Duration) -> Vec<Vote> {
         let votes = self
             .all(|node| async move {
-                match node.lease.try_acquire_with_token(token.to_owned(), t).await {
+                match node
+                    .lease
+                    .try_acquire_with_token(token.to_owned(), t, false)
+                    .await
+                {
                     Ok(Acquire::Acquired(term)) => Vote::Granted(term.fence),
                     Ok(Acquire::Denied(seen)) => Vote::Held(seen),
                     Err(err) => Vote::Failed(err),
@@ -86,6 +90,7 @@ impl RedlockClient {
         let failure = if Instant::now() < valid_until {
             match self.confirm_fence(&token, granted, t, valid_until).await {
                 Ok(fence) => {
+                    self.announce(&token, granted, fence, t).await;
                     return Ok(Acquire::Acquired(Term {
                         token,
                         fence,
@@ -162,6 +167,16 @@ impl RedlockClient {
                 );
             }
         }
+    }
+
+    /// The term has begun (a majority, fence confirmed): announce it on the granting nodes.
+    async fn announce(&self, token: &str, granted: &[(usize, u64)], fence: u64, t: Duration) {
+        join_all(
+            granted
+                .iter()
+                .map(|&(i, _)| self.nodes[i].lease.announce(token, fence, t)),
+        )
+        .await;
     }
 
     fn too_slow(&self, sent: Instant) -> LeaseError {

@@ -44,7 +44,7 @@ impl RedlockClient {
     /// One watch over the release channels of every node: it changes whenever any node
     /// publishes a release (or resubscribes). Dropping it stops the listeners.
     pub(super) fn watch_all_releases(&self) -> ReleaseWatch {
-        let (tx, rx) = watch::channel(0u64);
+        let (tx, rx) = watch::channel(None);
         let mut watches: Vec<ReleaseWatch> = self
             .nodes
             .iter()
@@ -55,11 +55,13 @@ impl RedlockClient {
                 let any =
                     futures::future::select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
                 tokio::select! {
-                    _ = any => tx.send_modify(|n| *n += 1),
+                    (msg, _, _) = any => {
+                        tx.send_replace(msg);
+                    }
                     _ = tx.closed() => return,
                 }
             }
         });
-        ReleaseWatch::from_receiver(rx)
+        ReleaseWatch::from_announcements(rx)
     }
 }

@@ -80,10 +80,12 @@ impl RedlockClient {
             let node = &self.nodes[i];
             let regained = node
                 .lease
-                .try_acquire_with_token(term.token.clone(), t)
+                .try_acquire_with_token(term.token.clone(), t, false)
                 .await;
             if let Ok(Acquire::Acquired(_)) = regained {
-                let _ = self.raise_fence(node, &term.token, term.fence, t).await;
+                if let Ok(true) = self.raise_fence(node, &term.token, term.fence, t).await {
+                    let _ = node.lease.announce(&term.token, term.fence, t).await;
+                }
             }
         }))
         .await;

@@ -36,6 +36,7 @@ impl Snapshot {
             observed_at_ms: unix_ms(self.observed_at),
             healthy: self.healthy,
             leader_address,
+            priority: self.priority,
         }
     }
 }
@@ -59,6 +60,7 @@ pub struct StatusDoc {
     pub observed_at_ms: u64,
     pub healthy: bool,
     pub leader_address: Option<String>,
+    pub priority: u32,
 }
 
 /// UTC, RFC 3339 with milliseconds.
@@ -87,6 +89,7 @@ mod tests {
             observed_at: now,
             healthy: true,
             leader_address: None,
+            priority: 0,
         }
     }
 

@@ -68,7 +68,7 @@ pub fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> 
 }
 
 /// The keys of the contract's status document, in its order.
-pub const DOC_KEYS: [&str; 14] = [
+pub const DOC_KEYS: [&str; 15] = [
     "name",
     "identity",
     "state",
@@ -83,6 +83,7 @@ pub const DOC_KEYS: [&str; 14] = [
     "observed_at_ms",
     "healthy",
     "leader_address",
+    "priority",
 ];
 
 /// A new random term token (128 bits as 32 hex digits), as the lease makes them.

@@ -1,0 +1,33 @@
+-- candidate.lua: the heartbeat of one candidate, and the live candidates of the election.
+-- KEYS[1] the candidates hash (field = identity, value = JSON entry).
+-- ARGV[1] identity ('' only reads), ARGV[2] the entry as JSON without seen_at_ms ('' removes
+-- the entry), ARGV[3] lease duration in ms (an entry not refreshed for that long is gone).
+-- A writer stamps seen_at_ms from the server clock, deletes the stale entries it finds and
+-- keeps the hash for 2 lease durations. Returns {now_ms, identity, entry_json, ...} (live).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+local writing = ARGV[1] ~= ''
+if writing then
+  if ARGV[2] == '' then
+    redis.call('HDEL', KEYS[1], ARGV[1])
+  else
+    local entry = cjson.decode(ARGV[2])
+    entry['seen_at_ms'] = now
+    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(entry))
+    redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+  end
+end
+local out = {now}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local ok, e = pcall(cjson.decode, all[i + 1])
+  local seen = ok and type(e) == 'table' and tonumber(e['seen_at_ms']) or nil
+  if seen == nil or now - seen >= ttl then
+    if writing then redis.call('HDEL', KEYS[1], all[i]) end
+  elseif #out < 2001 then
+    out[#out + 1] = string.sub(all[i], 1, 256)
+    out[#out + 1] = string.sub(all[i + 1], 1, 2048)
+  end
+end
+return out

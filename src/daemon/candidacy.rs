@@ -1,0 +1,165 @@
+//! This replica as a candidate: its entry in the election's registry, refreshed at every
+//! change of its state or health and every `lease_duration / 3`, removed on a clean shutdown.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::lease::{unix_ms, Candidate, Heartbeat, Lease, Roster};
+use crate::metrics::Metrics;
+use crate::state::{Phase, Snapshot};
+
+/// What this replica says about itself besides its state.
+pub(crate) struct Profile {
+    pub identity: String,
+    pub priority: u32,
+    pub address: Option<String>,
+    pub lease_duration: Duration,
+    pub command_timeout: Duration,
+}
+
+/// The candidates as last read by this replica's heartbeat.
+pub(crate) type Latest = Arc<Mutex<Roster>>;
+
+/// Runs the heartbeat until `stop`; then removes the entry (after the election has ended and
+/// released).
+pub(crate) async fn run<L: Lease>(
+    lease: Arc<L>,
+    profile: Profile,
+    mut state: watch::Receiver<Snapshot>,
+    metrics: Arc<Metrics>,
+    latest: Latest,
+    stop: CancellationToken,
+) {
+    let started_at_ms = unix_ms(SystemTime::now());
+    let mut healthy_since_ms: Option<u64> = None;
+    let every = profile.lease_duration / 3;
+    loop {
+        let (phase, healthy) = {
+            let s = state.borrow_and_update();
+            (s.phase, s.healthy)
+        };
+        if phase == Phase::Stopped {
+            break;
+        }
+        let now_ms = latest.lock().expect("roster lock").now_ms;
+        healthy_since_ms = match (healthy, healthy_since_ms) {
+            (true, None) => Some(if now_ms > 0 {
+                now_ms
+            } else {
+                unix_ms(SystemTime::now())
+            }),
+            (true, since) => since,
+            (false, _) => None,
+        };
+        let entry = Candidate {
+            identity: profile.identity.clone(),
+            state: phase_name(phase).into(),
+            healthy,
+            priority: profile.priority,
+            address: profile.address.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            started_at_ms,
+            healthy_since_ms,
+            seen_at_ms: 0,
+        };
+        let beat = lease.heartbeat(Heartbeat::Write(&entry), profile.command_timeout);
+        if let Ok(roster) = beat.await {
+            publish(&metrics, &latest, roster);
+        }
+        let next = tokio::time::Instant::now() + every;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => break,
+                _ = stop.cancelled() => return remove(&*lease, &profile).await,
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        return remove(&*lease, &profile).await;
+                    }
+                    let s = state.borrow();
+                    if (s.phase, s.healthy) != (phase, healthy) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    remove(&*lease, &profile).await;
+}
+
+async fn remove<L: Lease>(lease: &L, profile: &Profile) {
+    let _ = lease
+        .heartbeat(Heartbeat::Remove, profile.command_timeout)
+        .await;
+}
+
+fn publish(metrics: &Metrics, latest: &Latest, roster: Roster) {
+    let healthy = roster.candidates.iter().filter(|c| c.healthy).count();
+    metrics.candidates(healthy, roster.candidates.len() - healthy);
+    *latest.lock().expect("roster lock") = roster;
+}
+
+/// The state's name as in the status document.
+pub(crate) fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Starting => "starting",
+        Phase::Follower => "follower",
+        Phase::Leader => "leader",
+        Phase::SteppingDown => "stepping_down",
+        Phase::Stopped => "stopped",
+    }
+}
+
+/// One candidate as `status --json` and `GET /candidates` list it (fields in this order).
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Listed {
+    pub identity: String,
+    pub state: String,
+    pub healthy: bool,
+    pub priority: u32,
+    pub address: Option<String>,
+    pub version: String,
+    pub started_at_ms: u64,
+    pub seen_ms_ago: u64,
+}
+
+/// The candidates as the contract lists them: the leader first, then by priority (highest
+/// first), then identity; `seen_ms_ago` from the Redis time of the read.
+pub(crate) fn listed(roster: &Roster, leader: Option<&str>) -> Vec<Listed> {
+    let mut cs: Vec<&Candidate> = roster.candidates.iter().collect();
+    cs.sort_by(|a, b| {
+        let lead = |c: &Candidate| Some(c.identity.as_str()) != leader;
+        lead(a)
+            .cmp(&lead(b))
+            .then(b.priority.cmp(&a.priority))
+            .then(a.identity.cmp(&b.identity))
+    });
+    cs.into_iter()
+        .map(|c| Listed {
+            identity: c.identity.clone(),
+            state: c.state.clone(),
+            healthy: c.healthy,
+            priority: c.priority,
+            address: c.address.clone(),
+            version: c.version.clone(),
+            started_at_ms: c.started_at_ms,
+            seen_ms_ago: roster.now_ms.saturating_sub(c.seen_at_ms),
+        })
+        .collect()
+}
+
+/// One line of `leaderd status` per candidate.
+pub(crate) fn line(c: &Listed) -> String {
+    format!(
+        "  {} {} {} priority {} {} {} seen {} ms ago",
+        c.identity,
+        c.state,
+        if c.healthy { "healthy" } else { "unhealthy" },
+        c.priority,
+        c.address.as_deref().unwrap_or("-"),
+        c.version,
+        c.seen_ms_ago
+    )
+}

@@ -1,0 +1,217 @@
+//! The candidates of an election (contract part 2, "Candidates"): each replica's entry in
+//! `<prefix>{<name>}:candidates`, written by its heartbeat (`lua/candidate.lua`) with the
+//! Redis server's time, and read back live.
+
+use std::time::Duration;
+
+use futures::TryFutureExt;
+
+use super::{LeaseClient, LeaseError};
+use crate::lease::acl::LeaseScript;
+
+/// One registered candidate, as its last heartbeat wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Its identity (`LeaseSpec::holder`).
+    pub identity: String,
+    /// Its state as in the status document (`leader`, `follower`, ...).
+    pub state: String,
+    /// Whether its service passes its health check.
+    pub healthy: bool,
+    /// Its priority as a successor, 0..=1000.
+    pub priority: u32,
+    /// The address it advertises, if any.
+    pub address: Option<String>,
+    /// The version of leaderd it runs.
+    pub version: String,
+    /// When it started (wall clock, ms).
+    pub started_at_ms: u64,
+    /// Since when it has been healthy without a break (Redis time, ms), if it is.
+    pub healthy_since_ms: Option<u64>,
+    /// Its last heartbeat (Redis server time, ms).
+    pub seen_at_ms: u64,
+}
+
+/// The live candidates, with the Redis server time they were read at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roster {
+    /// Redis server time of the read (ms).
+    pub now_ms: u64,
+    /// The candidates not older than a lease duration, in no particular order.
+    pub candidates: Vec<Candidate>,
+}
+
+/// What a heartbeat does with this replica's entry.
+#[derive(Debug, Clone, Copy)]
+pub enum Heartbeat<'a> {
+    /// Only read the candidates.
+    Read,
+    /// Write (refresh) this entry, then read.
+    Write(&'a Candidate),
+    /// Remove this replica's entry (clean shutdown), then read.
+    Remove,
+}
+
+impl Candidate {
+    fn to_json(&self) -> String {
+        serde_json::json!({
+            "state": self.state,
+            "healthy": self.healthy,
+            "priority": self.priority,
+            "address": self.address,
+            "version": self.version,
+            "started_at_ms": self.started_at_ms,
+            "healthy_since_ms": self.healthy_since_ms,
+        })
+        .to_string()
+    }
+
+    fn from_json(identity: String, text: &str) -> Option<Candidate> {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        let num = |k: &str| v.get(k).and_then(|x| x.as_f64()).map(|x| x as u64);
+        let string = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+        Some(Candidate {
+            identity,
+            state: string("state").unwrap_or_default(),
+            healthy: v.get("healthy").and_then(|x| x.as_bool()).unwrap_or(false),
+            priority: num("priority").unwrap_or(0).min(1000) as u32,
+            address: string("address"),
+            version: string("version").unwrap_or_default(),
+            started_at_ms: num("started_at_ms").unwrap_or(0),
+            healthy_since_ms: num("healthy_since_ms"),
+            seen_at_ms: num("seen_at_ms")?,
+        })
+    }
+}
+
+impl Roster {
+    /// Merges rosters read from several nodes (Redlock): per identity the freshest entry.
+    pub(crate) fn merge(rosters: Vec<Roster>) -> Roster {
+        let mut out = Roster::default();
+        for r in rosters {
+            out.now_ms = out.now_ms.max(r.now_ms);
+            for c in r.candidates {
+                match out.candidates.iter_mut().find(|x| x.identity == c.identity) {
+                    Some(x) if x.seen_at_ms < c.seen_at_ms => *x = c,
+                    Some(_) => {}
+                    None => out.candidates.push(c),
+                }
+            }
+        }
+        out
+    }
+
+    /// The best successor: a healthy candidate other than `leader`, highest priority first,
+    /// then the smallest identity.
+    pub fn best_successor(&self, leader: Option<&str>) -> Option<&Candidate> {
+        self.candidates
+            .iter()
+            .filter(|c| c.healthy && Some(c.identity.as_str()) != leader)
+            .min_by(|a, b| {
+                b.priority
+                    .cmp(&a.priority)
+                    .then_with(|| a.identity.cmp(&b.identity))
+            })
+    }
+}
+
+impl LeaseClient {
+    /// One heartbeat on this Redis (see [`super::Lease::heartbeat`]).
+    pub(crate) async fn heartbeat_here(
+        &self,
+        beat: Heartbeat<'_>,
+        budget: Duration,
+    ) -> Result<Roster, LeaseError> {
+        let (identity, entry) = match beat {
+            Heartbeat::Read => (String::new(), String::new()),
+            Heartbeat::Write(c) => (self.spec.holder.clone(), c.to_json()),
+            Heartbeat::Remove => (self.spec.holder.clone(), String::new()),
+        };
+        let mut call = self.candidate.prepare_invoke();
+        call.key(&self.keys.candidates)
+            .arg(identity)
+            .arg(entry)
+            .arg(self.ttl_ms());
+        let reply: Vec<redis::Value> = self
+            .endpoint
+            .call(Some(budget), |mut c| async move {
+                call.invoke_async(&mut c).await
+            })
+            .or_else(|f| self.fail(f, LeaseScript::Candidate))
+            .await?;
+        Ok(parse_roster(reply))
+    }
+}
+
+fn parse_roster(reply: Vec<redis::Value>) -> Roster {
+    let text = |v: &redis::Value| -> Option<String> { redis::from_redis_value(v.clone()).ok() };
+    let mut it = reply.iter();
+    let now_ms = it
+        .next()
+        .and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok())
+        .unwrap_or(0) as u64;
+    let mut candidates = Vec::new();
+    while let (Some(id), Some(entry)) = (it.next(), it.next()) {
+        if let (Some(id), Some(entry)) = (text(id), text(entry)) {
+            candidates.extend(Candidate::from_json(id, &entry));
+        }
+    }
+    Roster { now_ms, candidates }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(id: &str, healthy: bool, priority: u32, seen: u64) -> Candidate {
+        Candidate {
+            identity: id.into(),
+            state: "follower".into(),
+            healthy,
+            priority,
+            address: None,
+            version: "v".into(),
+            started_at_ms: 1,
+            healthy_since_ms: None,
+            seen_at_ms: seen,
+        }
+    }
+
+    #[test]
+    fn best_successor_is_healthy_highest_priority_then_smallest_identity() {
+        let r = Roster {
+            now_ms: 0,
+            candidates: vec![c("c", true, 5, 1), c("b", true, 5, 1), c("a", false, 9, 1)],
+        };
+        assert_eq!(r.best_successor(None).unwrap().identity, "b");
+        assert_eq!(r.best_successor(Some("b")).unwrap().identity, "c");
+        let entry = c("x", true, 7, 0);
+        let back = Candidate::from_json(
+            "x".into(),
+            &entry.to_json().replace('}', ",\"seen_at_ms\":3}"),
+        );
+        assert_eq!(back.unwrap().seen_at_ms, 3);
+    }
+
+    #[test]
+    fn merge_keeps_the_freshest_entry() {
+        let a = Roster {
+            now_ms: 5,
+            candidates: vec![c("a", true, 1, 2)],
+        };
+        let b = Roster {
+            now_ms: 7,
+            candidates: vec![c("a", false, 1, 4), c("b", true, 1, 1)],
+        };
+        let m = Roster::merge(vec![a, b]);
+        assert_eq!(m.now_ms, 7);
+        assert_eq!(m.candidates.len(), 2);
+        assert!(
+            !m.candidates
+                .iter()
+                .find(|x| x.identity == "a")
+                .unwrap()
+                .healthy
+        );
+    }
+}
