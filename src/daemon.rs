@@ -243,7 +243,8 @@ async fn run_with<L: Lease>(
         proxy: proxy.is_some().then_some(gate),
         advertise: config.publish.advertise.clone(),
     };
-    let latest = candidacy::Latest::default();
+    let (latest, candidates) = watch::channel(crate::lease::Roster::default());
+    let latest = Arc::new(latest);
     let stop_candidacy = CancellationToken::new();
     let candidacy = tokio::spawn(candidacy::run(
         lease.clone(),
@@ -288,6 +289,7 @@ async fn run_with<L: Lease>(
         shutdown: shutdown.clone(),
         yields,
         healthy,
+        candidates,
     };
     let code = if config.exec.command.is_empty() {
         election::run(lease, policy(&config), NoWork, inputs, reporter).await

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lease::{
     backoff, jittered, wait_for_holder, Acquire, Announcement, Holder, Lease, LeaseError, Observed,
-    Term,
+    Roster, Term,
 };
 use crate::state::TermView;
 
@@ -145,6 +145,14 @@ pub struct Inputs {
     pub yields: mpsc::Receiver<()>,
     /// Whether the local service is healthy; a leader yields when it turns false.
     pub healthy: watch::Receiver<bool>,
+    /// The election's candidates as last read (the daemon's heartbeat sends them): who the
+    /// best successor is. [`no_candidates`] when nobody registers.
+    pub candidates: watch::Receiver<Roster>,
+}
+
+/// A candidates input that never changes: no registry, so no successor is known.
+pub fn no_candidates() -> watch::Receiver<Roster> {
+    watch::channel(Roster::default()).1
 }
 
 /// Runs the election until shutdown (returns 0), a loss with `on_lost: exit` (returns 1),

@@ -78,7 +78,8 @@
 //! let shutdown = tokio_util::sync::CancellationToken::new();
 //! let (_yield_tx, yields) = tokio::sync::mpsc::channel(1);
 //! let (_health_tx, healthy) = tokio::sync::watch::channel(true);
-//! let inputs = Inputs { shutdown: shutdown.clone(), yields, healthy };
+//! let candidates = election::no_candidates();
+//! let inputs = Inputs { shutdown: shutdown.clone(), yields, healthy, candidates };
 //! let code = election::run(Arc::new(backend), policy, NoWork, inputs, Log).await;
 //! # let _ = code; Ok(()) }
 //! ```

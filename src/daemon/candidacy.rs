@@ -1,7 +1,7 @@
 //! This replica as a candidate: its entry in the election's registry, refreshed at every
 //! change of its state or health and every `lease_duration / 3`, removed on a clean shutdown.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
@@ -20,8 +20,8 @@ pub(crate) struct Profile {
     pub command_timeout: Duration,
 }
 
-/// The candidates as last read by this replica's heartbeat.
-pub(crate) type Latest = Arc<Mutex<Roster>>;
+/// The candidates as last read by this replica's heartbeat (the elector reads them too).
+pub(crate) type Latest = watch::Sender<Roster>;
 
 /// Runs the heartbeat until `stop`; then removes the entry (after the election has ended and
 /// released).
@@ -30,7 +30,7 @@ pub(crate) async fn run<L: Lease>(
     profile: Profile,
     mut state: watch::Receiver<Snapshot>,
     metrics: Arc<Metrics>,
-    latest: Latest,
+    latest: Arc<Latest>,
     stop: CancellationToken,
 ) {
     let started_at_ms = unix_ms(SystemTime::now());
@@ -44,7 +44,7 @@ pub(crate) async fn run<L: Lease>(
         if phase == Phase::Stopped {
             break;
         }
-        let now_ms = latest.lock().expect("roster lock").now_ms;
+        let now_ms = latest.borrow().now_ms;
         healthy_since_ms = match (healthy, healthy_since_ms) {
             (true, None) => Some(if now_ms > 0 {
                 now_ms
@@ -98,7 +98,7 @@ async fn remove<L: Lease>(lease: &L, profile: &Profile) {
 fn publish(metrics: &Metrics, latest: &Latest, roster: Roster) {
     let healthy = roster.candidates.iter().filter(|c| c.healthy).count();
     metrics.candidates(healthy, roster.candidates.len() - healthy);
-    *latest.lock().expect("roster lock") = roster;
+    latest.send_replace(roster);
 }
 
 /// The state's name as in the status document.

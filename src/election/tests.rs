@@ -238,6 +238,7 @@ fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) ->
         shutdown: shutdown.clone(),
         yields: yrx,
         healthy,
+        candidates: no_candidates(),
     };
     let task = tokio::spawn(run(
         lease.clone(),
