@@ -13,7 +13,8 @@
 -- A missing counter means a new election or lost data (we cannot tell which): seed the
 -- counter from the server clock in microseconds, so fences stay above any earlier ones, and
 -- quarantine the lease for one lease duration under an empty placeholder holder, so that no
--- term can begin while a term granted before the loss may still be valid.
+-- term can begin while a term granted before the loss may still be valid. A granted fence
+-- is also at least the server clock in microseconds.
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl ~= -2 then
   local cur = redis.call('HMGET', KEYS[1], 'holder', 'fence', 'address', 'reserved_for',
@@ -28,17 +29,24 @@ if ttl ~= -2 then
   redis.call('DEL', KEYS[1])
 end
 local fence = redis.call('INCR', KEYS[2])
+local now = redis.call('TIME')
+local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if fence == 1 then
-  local now = redis.call('TIME')
-  local seed = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  local seed = string.format('%.0f', now_us)
   redis.call('SET', KEYS[2], seed)
   redis.call('HSET', KEYS[1], 'holder', '', 'token', '', 'fence', seed,
     'acquired_at_ms', string.sub(seed, 1, -4))
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {0, '', tonumber(seed), tonumber(ARGV[3]), '', ''}
 end
-redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', ARGV[2], 'fence', fence,
-  'acquired_at_ms', ARGV[4], 'confirmed', ARGV[6])
+-- A fence never falls behind the server clock either: a failover to a replica that missed
+-- the last grants (asynchronous replication) would otherwise hand out a fence again.
+if now_us > fence then
+  fence = now_us
+  redis.call('SET', KEYS[2], string.format('%.0f', fence))
+end
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', ARGV[2],
+  'fence', string.format('%.0f', fence), 'acquired_at_ms', ARGV[4], 'confirmed', ARGV[6])
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'address', ARGV[5])
 end

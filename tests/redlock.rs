@@ -42,9 +42,16 @@ fn fence_key(name: &str) -> String {
 
 /// Sets each node's fence counter, so that the election starts without the first-start
 /// quarantine (and with counters that differ, when the test wants them to).
+/// Seeded counters start here, above the servers' clock in microseconds (which a grant's
+/// fence never falls behind), so a test sees the majority's highest plus one.
+const BASE: u64 = 5_000_000_000_000_000;
+
 fn seed(nodes: &[RedisServer], name: &str, counters: &[u64]) {
     for (node, c) in nodes.iter().zip(counters) {
-        assert_eq!(node.cmd(&["SET", &fence_key(name), &c.to_string()]), "OK");
+        assert_eq!(
+            node.cmd(&["SET", &fence_key(name), &(BASE + c).to_string()]),
+            "OK"
+        );
     }
 }
 
@@ -87,15 +94,19 @@ async fn acquire_writes_the_highest_fence_to_the_majority_with_one_token() {
     let mut term = acquired(a.try_acquire(a.default_budget()).await);
     let after = Instant::now();
     assert_eq!(
-        term.fence, 101,
+        term.fence,
+        BASE + 101,
         "the highest fence of the majority, plus one"
     );
     let validity = LEASE - (LEASE / 100 + Duration::from_millis(2));
     assert!(term.valid_until >= before + validity && term.valid_until <= after + validity);
     assert!(term.last_sent >= before && term.last_sent <= after);
     for node in &nodes {
-        assert_eq!(node.cmd(&["GET", &fence_key(name)]), "101");
-        assert_eq!(hget(node, name, "fence"), "101");
+        assert_eq!(
+            node.cmd(&["GET", &fence_key(name)]),
+            (BASE + 101).to_string()
+        );
+        assert_eq!(hget(node, name, "fence"), (BASE + 101).to_string());
         assert_eq!(
             hget(node, name, "token"),
             term.token,
@@ -107,7 +118,7 @@ async fn acquire_writes_the_highest_fence_to_the_majority_with_one_token() {
     match b.try_acquire(b.default_budget()).await {
         Ok(Acquire::Denied(h)) => {
             assert_eq!(support::held_by(&h), Some("a"));
-            assert_eq!(support::fence_of(&h), 101);
+            assert_eq!(support::fence_of(&h), BASE + 101);
             assert!(
                 h.remaining().is_some_and(|r| r <= LEASE && r > LEASE / 2),
                 "{h:?}"
@@ -118,7 +129,7 @@ async fn acquire_writes_the_highest_fence_to_the_majority_with_one_token() {
     let seen = b.observe(b.default_budget()).await.unwrap();
     assert_eq!(
         (support::held_by(&seen), support::fence_of(&seen)),
-        (Some("a"), 101)
+        (Some("a"), BASE + 101)
     );
 
     let old = term.valid_until;
@@ -144,7 +155,7 @@ async fn acquire_writes_the_highest_fence_to_the_majority_with_one_token() {
     );
 
     let next = acquired(b.try_acquire(b.default_budget()).await);
-    assert_eq!(next.fence, 102);
+    assert_eq!(next.fence, BASE + 102);
     b.release(&next, b.default_budget()).await.unwrap();
 }
 
@@ -220,7 +231,8 @@ async fn a_split_vote_wins_nothing() {
     seed(&nodes, name, &[1, 1, 1]);
     for (node, who) in nodes.iter().zip(["x", "y"]) {
         let key = lock_key(name);
-        node.cmd(&["HSET", &key, "holder", who, "token", who, "fence", "1"]);
+        let fence = (BASE + 1).to_string();
+        node.cmd(&["HSET", &key, "holder", who, "token", who, "fence", &fence]);
         node.cmd(&["PEXPIRE", &key, "1500"]);
     }
     let c = client(&urls(&nodes), name, "a");
@@ -235,7 +247,10 @@ async fn a_split_vote_wins_nothing() {
         other => panic!("expected Held, got {other:?}"),
     }
     assert_eq!(nodes[2].cmd(&["EXISTS", &lock_key(name)]), "0");
-    assert_eq!(nodes[2].cmd(&["GET", &fence_key(name)]), "2");
+    assert_eq!(
+        nodes[2].cmd(&["GET", &fence_key(name)]),
+        (BASE + 2).to_string()
+    );
 }
 
 async fn survives_one_dead_and_one_slow(n: usize) {
@@ -349,11 +364,18 @@ async fn renew_needs_a_majority_and_loses_only_with_a_majority() {
 async fn empty_restarts_are_quarantined_and_fences_keep_increasing() {
     let mut nodes = start(3);
     let name = "rl-restart";
-    seed(&nodes, name, &[1, 1, 1]);
+    // Counters as a real election has them: the servers' clock in microseconds.
+    for node in &nodes {
+        node.cmd(&["SET", &fence_key(name), "1"]);
+    }
     let a = client(&urls(&nodes), name, "a");
     let b = client(&urls(&nodes), name, "b");
     let mut term = acquired(a.try_acquire(a.default_budget()).await);
-    assert_eq!(term.fence, 2);
+    assert!(
+        term.fence > 1_000_000_000_000_000,
+        "from the server clock: {}",
+        term.fence
+    );
 
     nodes[0].restart_empty();
     a.renew(&mut term, a.default_budget())
