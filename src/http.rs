@@ -4,6 +4,7 @@
 mod events;
 pub mod fds;
 mod server;
+mod watchdog;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -296,3 +296,41 @@ fn idle_clients_under_a_low_nofile_limit_do_not_starve_the_election() {
     assert_eq!(file["is_leader"], true, "the leader file still says leader");
     drop(idle);
 }
+
+/// The contract's two HTTP timeouts, told apart: a head has 5 s, an idle keep-alive
+/// connection between requests 60 s (so a keep-alive client, e.g. a scraper, keeps its
+/// connection across a 7 s pause).
+#[test]
+fn an_idle_keep_alive_connection_outlives_the_head_timeout() {
+    let redis = RedisServer::start();
+    let d = start_leader(&redis, "");
+    let addr = d.http_addr();
+    let mut silent = connect(addr); // never sends a byte: a head that never comes
+    let mut partial = connect(addr);
+    partial.write_all(b"GET /leader HTTP/1.1\r\n").unwrap();
+    let mut kept = connect(addr);
+    let get = b"GET /leader HTTP/1.1\r\nHost: x\r\n\r\n";
+    kept.write_all(get).unwrap();
+    let mut buf = [0u8; 4096];
+    assert!(kept.read(&mut buf).unwrap() > 0, "a first answer");
+    let t0 = Instant::now();
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(8)),
+        "no head in 5 s: closed"
+    );
+    assert!(
+        closed_within(&mut partial, Duration::from_secs(2)),
+        "an unfinished head: closed"
+    );
+    std::thread::sleep(Duration::from_secs(7).saturating_sub(t0.elapsed()));
+    kept.write_all(get).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let n = kept
+        .read(&mut buf)
+        .expect("the kept connection answers after 7 s idle");
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+}

@@ -1,5 +1,6 @@
-//! The accept loop: hyper with a timer (header read timeout), a header size limit, a cap on
-//! open connections, and a shutdown that waits for clients at most [`SHUTDOWN_WAIT`].
+//! The accept loop: hyper with a header size limit, each connection under its
+//! [`watchdog`](super::watchdog) (head and idle timeouts), a cap on open connections, and a
+//! shutdown that waits for clients at most [`SHUTDOWN_WAIT`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,8 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
+
+use super::watchdog::{Activity, RequestGuard, Watched};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -16,10 +19,6 @@ use tower::ServiceExt;
 
 use crate::metrics::Metrics;
 
-/// A request whose headers have not arrived within this is closed (slowloris). hyper runs
-/// this timer from the start of every request head, so a keep-alive connection with no next
-/// request is closed after it too.
-pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Request head (start line and headers) larger than this: 431, then closed.
 pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// After shutdown, open connections get this long to finish, then they are dropped.
@@ -104,8 +103,8 @@ pub(crate) async fn accept_loop(
     }
 }
 
-/// Serves one connection until it ends, its handle is closed, or [`SHUTDOWN_WAIT`] after
-/// `shutdown`. An idle keep-alive connection ends by the header read timeout.
+/// Serves one connection until it ends, its handle is closed, its watchdog expires (a head
+/// too slow, or idle too long), or [`SHUTDOWN_WAIT`] after `shutdown`.
 async fn serve_connection(
     stream: TcpStream,
     app: Router,
@@ -117,23 +116,62 @@ async fn serve_connection(
         close: CancellationToken::new(),
     };
     let close = handle.close.clone();
+    let activity = Activity::new();
+    let watched = activity.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(handle.clone());
-        app.clone().oneshot(req)
+        let guard = watched.request_started();
+        let response = app.clone().oneshot(req);
+        async move {
+            let response = response.await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                axum::body::Body::new(Guarded {
+                    body,
+                    _guard: guard,
+                })
+            }))
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEADER_BYTES)
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let io = TokioIo::new(Watched::new(stream, activity.clone()));
+    let conn = builder.serve_connection(io, service);
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => return,
         () = close.cancelled() => return,
+        () = activity.expired() => return,
         () = shutdown.cancelled() => {}
     }
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(SHUTDOWN_WAIT, conn).await;
+}
+
+/// A response body that ends its request (for the watchdog) when it is done or dropped.
+struct Guarded {
+    body: axum::body::Body,
+    _guard: RequestGuard,
+}
+
+impl axum::body::HttpBody for Guarded {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
