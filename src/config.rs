@@ -10,6 +10,7 @@ mod expand;
 mod keys;
 mod outputs;
 mod redact;
+mod refused;
 mod rules;
 mod sections;
 mod tree;

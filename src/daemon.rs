@@ -157,6 +157,7 @@ pub(crate) async fn run(
 
 /// `GET /candidates`: the candidates read from Redis when asked, within the command timeout.
 fn candidates_reader<L: Lease>(lease: Arc<L>, config: &Config) -> crate::http::ReadCandidates {
+    use crate::http::CandidatesError;
     let budget = config.redis.command_timeout;
     Arc::new(move || {
         let lease = lease.clone();
@@ -169,15 +170,15 @@ fn candidates_reader<L: Lease>(lease: Arc<L>, config: &Config) -> crate::http::R
             };
             let (roster, seen) = tokio::time::timeout(budget, both)
                 .await
-                .map_err(|_| "redis: timed out reading the candidates".to_string())?;
-            let roster = roster.map_err(|e| e.to_string())?;
+                .map_err(|_| CandidatesError::TimedOut)?;
+            let roster = roster?;
             let seen = seen.ok();
             let leader = seen
                 .as_ref()
                 .and_then(|s| s.holder())
                 .map(|h| h.holder.clone());
             let list = candidacy::listed(&roster, leader.as_deref());
-            serde_json::to_string(&list).map_err(|e| e.to_string())
+            Ok(serde_json::to_string(&list).unwrap_or_else(|_| "[]".into()))
         })
     })
 }

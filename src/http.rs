@@ -51,8 +51,23 @@ pub struct HttpContext {
 }
 
 /// A read of the candidates (bounded by the command timeout): the JSON body, or the error.
-pub type ReadCandidates =
-    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<String, String>> + Send + Sync>;
+pub type ReadCandidates = Arc<
+    dyn Fn() -> futures::future::BoxFuture<'static, Result<String, CandidatesError>> + Send + Sync,
+>;
+
+/// Why `GET /candidates` has no answer (503).
+#[derive(Debug, thiserror::Error)]
+pub enum CandidatesError {
+    /// Redis did not answer within the command timeout.
+    #[error("redis: timed out reading the candidates")]
+    TimedOut,
+    /// Redis answered with an error, or could not be reached.
+    #[error(transparent)]
+    Redis(#[from] crate::lease::LeaseError),
+    /// This server has no reader (a test's context).
+    #[error("no candidates reader")]
+    NoReader,
+}
 
 impl HttpContext {
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -137,13 +152,13 @@ async fn root(State(ctx): State<HttpContext>) -> Json<serde_json::Value> {
 async fn candidates(State(ctx): State<HttpContext>) -> Response {
     let read = match &ctx.candidates {
         Some(read) => read().await,
-        None => Err("no candidates reader".into()),
+        None => Err(CandidatesError::NoReader),
     };
     match read {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({ "error": error })),
+            Json(serde_json::json!({ "error": error.to_string() })),
         )
             .into_response(),
     }

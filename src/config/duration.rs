@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-/// What [`parse_duration`] accepts, quoted in every error so the fix is obvious.
-const ALLOWED: &str =
-    "write a number and a unit (ns, us, ms, s, m, h), e.g. 250ms, 2s, 1.5s, 1m30s";
+use super::refused::{DurationError, DurationProblem};
 
 /// Units from the largest down, with their length in nanoseconds.
 const UNITS: [(&str, u128); 6] = [
@@ -24,33 +22,38 @@ const UNITS: [(&str, u128); 6] = [
 ///
 /// # Errors
 ///
-/// A one-line message quoting the input and saying what is allowed, when the text is
+/// A [`DurationError`] (it quotes the input and says what is allowed) when the text is
 /// empty, negative, lacks a unit, uses an unknown unit or is too large.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let text = s.trim();
-    let fail = |why: &str| format!("{s:?} is not a duration ({why}): {ALLOWED}");
+    let fail = |problem: DurationProblem| DurationError {
+        text: s.to_string(),
+        problem,
+    };
     if text == "0" {
         return Ok(Duration::ZERO);
     }
     if text.is_empty() {
-        return Err(fail("empty"));
+        return Err(fail(DurationProblem::Empty));
     }
     if text.starts_with('-') {
-        return Err(fail("negative"));
+        return Err(fail(DurationProblem::Negative));
     }
     let mut rest = text;
     let mut total: u128 = 0;
     while !rest.is_empty() {
-        let (nanos, tail) = parse_part(rest).map_err(|why| fail(&why))?;
-        total = total.checked_add(nanos).ok_or_else(|| fail("too large"))?;
+        let (nanos, tail) = parse_part(rest).map_err(fail)?;
+        total = total
+            .checked_add(nanos)
+            .ok_or(fail(DurationProblem::TooLarge))?;
         rest = tail;
     }
-    let nanos = u64::try_from(total).map_err(|_| fail("too large"))?;
+    let nanos = u64::try_from(total).map_err(|_| fail(DurationProblem::TooLarge))?;
     Ok(Duration::from_nanos(nanos))
 }
 
 /// Parses one `<number><unit>` from the front of `s`; returns its nanoseconds and the rest.
-fn parse_part(s: &str) -> Result<(u128, &str), String> {
+fn parse_part(s: &str) -> Result<(u128, &str), DurationProblem> {
     let num_len = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
@@ -60,12 +63,12 @@ fn parse_part(s: &str) -> Result<(u128, &str), String> {
         .unwrap_or(tail.len());
     let (unit, rest) = tail.split_at(unit_len);
     if number.is_empty() {
-        return Err(format!("expected a number before {unit:?}"));
+        return Err(DurationProblem::NoNumber(unit.to_string()));
     }
     if unit.is_empty() {
-        return Err(format!("missing unit after {number}"));
+        return Err(DurationProblem::NoUnit(number.to_string()));
     }
-    let scale = unit_nanos(unit).ok_or_else(|| format!("unknown unit {unit:?}"))?;
+    let scale = unit_nanos(unit).ok_or_else(|| DurationProblem::UnknownUnit(unit.to_string()))?;
     Ok((scale_number(number, scale)?, rest))
 }
 
@@ -76,12 +79,12 @@ fn unit_nanos(unit: &str) -> Option<u128> {
 }
 
 /// `number` (digits with at most one `.`) times `scale` nanoseconds, truncated to whole ns.
-fn scale_number(number: &str, scale: u128) -> Result<u128, String> {
+fn scale_number(number: &str, scale: u128) -> Result<u128, DurationProblem> {
     let (int, frac) = number.split_once('.').unwrap_or((number, ""));
     if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
-        return Err(format!("{number:?} is not a number"));
+        return Err(DurationProblem::NotANumber(number.to_string()));
     }
-    let too_large = || "too large".to_string();
+    let too_large = || DurationProblem::TooLarge;
     let int_val: u128 = if int.is_empty() {
         0
     } else {
@@ -150,13 +153,19 @@ mod tests {
             "99999999999999h",
             "1s-",
         ] {
-            let err = parse_duration(bad).expect_err(bad);
+            let err = parse_duration(bad).expect_err(bad).to_string();
             assert!(err.contains("is not a duration"), "{bad}: {err}");
             assert!(err.contains("250ms, 2s"), "{bad}: {err}");
             assert!(!err.contains('\n'));
         }
-        assert!(parse_duration("15").unwrap_err().contains("missing unit"));
-        assert!(parse_duration("-1s").unwrap_err().contains("negative"));
+        assert!(parse_duration("15")
+            .unwrap_err()
+            .to_string()
+            .contains("missing unit"));
+        assert!(parse_duration("-1s")
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
     }
 
     #[test]

@@ -65,13 +65,38 @@ fn check_program(r: &mut Reader<'_>, key: &str, cmd: &[String]) {
     }
 }
 
+/// Why a hook's or the exec command's program cannot be run; displayed as the end of a
+/// sentence that starts with the program's name.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProgramError {
+    /// The command list is empty or starts with "".
+    #[error("is not allowed (the first item is the program to run)")]
+    Empty,
+    /// No directory of `PATH` has it.
+    #[error("cannot be found on PATH ({0})")]
+    NotOnPath(String),
+    /// The path does not exist or cannot be read.
+    #[error("cannot be found ({}: {source})", path.display())]
+    Missing {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The path is a file without any execute bit.
+    #[error("({}) is not executable", .0.display())]
+    NotExecutable(PathBuf),
+    /// The path is a directory or another non-file.
+    #[error("({}) is not a file", .0.display())]
+    NotAFile(PathBuf),
+}
+
 /// Where `program` is, searched like `execvp` does.
 ///
 /// # Errors
-/// Why it cannot be run, as the end of a sentence.
-pub(crate) fn find_program(program: &str, path_var: &str) -> Result<PathBuf, String> {
+/// Why it cannot be run ([`ProgramError`]).
+pub(crate) fn find_program(program: &str, path_var: &str) -> Result<PathBuf, ProgramError> {
     if program.is_empty() {
-        return Err("is not allowed (the first item is the program to run)".into());
+        return Err(ProgramError::Empty);
     }
     if program.contains('/') {
         return executable(Path::new(program)).map(|()| PathBuf::from(program));
@@ -85,15 +110,18 @@ pub(crate) fn find_program(program: &str, path_var: &str) -> Result<PathBuf, Str
             Err(_) => {}
         }
     }
-    Err(last.unwrap_or_else(|| format!("cannot be found on PATH ({path_var})")))
+    Err(last.unwrap_or_else(|| ProgramError::NotOnPath(path_var.to_string())))
 }
 
-fn executable(path: &Path) -> Result<(), String> {
+fn executable(path: &Path) -> Result<(), ProgramError> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
-        Ok(m) if m.is_file() => Err(format!("({}) is not executable", path.display())),
-        Ok(_) => Err(format!("({}) is not a file", path.display())),
-        Err(e) => Err(format!("cannot be found ({}: {e})", path.display())),
+        Ok(m) if m.is_file() => Err(ProgramError::NotExecutable(path.to_path_buf())),
+        Ok(_) => Err(ProgramError::NotAFile(path.to_path_buf())),
+        Err(source) => Err(ProgramError::Missing {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
@@ -105,16 +133,20 @@ mod tests {
     fn finds_programs_on_path_and_rejects_the_rest() {
         assert!(find_program("sh", "/nonexistent:/bin:/usr/bin").is_ok());
         assert!(find_program("/bin/sh", "").is_ok());
-        let missing = find_program("no-such-program-xyz", "/bin").unwrap_err();
+        let missing = find_program("no-such-program-xyz", "/bin")
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("cannot be found on PATH"), "{missing}");
         let dir = tempfile::tempdir().unwrap();
         let plain = dir.path().join("plain");
         std::fs::write(&plain, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let not_exec = find_program(plain.to_str().unwrap(), "").unwrap_err();
+        let not_exec = find_program(plain.to_str().unwrap(), "")
+            .unwrap_err()
+            .to_string();
         assert!(not_exec.contains("not executable"), "{not_exec}");
         let dir_path = dir.path().to_str().unwrap();
-        let on_path = find_program("plain", dir_path).unwrap_err();
+        let on_path = find_program("plain", dir_path).unwrap_err().to_string();
         assert!(on_path.contains("not executable"), "{on_path}");
         assert!(find_program("", "/bin").is_err());
     }

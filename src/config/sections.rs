@@ -62,7 +62,7 @@ fn identity(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> String {
             h.into_string()
                 .map_err(|_| "it is not valid UTF-8".to_string())
         })
-        .and_then(|h| v::identity(&h));
+        .and_then(|h| v::identity(&h).map_err(|e| e.to_string()));
     host.unwrap_or_else(|why| {
         let msg = format!("identity: not set, and the host name cannot be used ({why}); set identity, --identity or LEADERD_IDENTITY");
         r.problem("identity", msg);
@@ -168,9 +168,12 @@ fn url_list(r: &mut Reader<'_>, n: &Node<'_>, leaf: &str) -> Vec<String> {
     urls
 }
 
-fn non_empty(s: &str) -> Result<String, String> {
+fn non_empty(s: &str) -> Result<String, super::refused::ValueError> {
     if s.is_empty() {
-        Err("\"\" is not allowed (write a value, or leave the key out)".into())
+        Err(super::refused::ValueError::not_allowed(
+            s,
+            "write a value, or leave the key out",
+        ))
     } else {
         Ok(s.to_string())
     }

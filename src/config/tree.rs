@@ -176,7 +176,7 @@ impl<'e> Reader<'e> {
     pub(super) fn get<T>(
         &mut self,
         input: Option<Input<'_>>,
-        convert: impl FnOnce(&str) -> Result<T, String>,
+        convert: impl FnOnce(&str) -> Result<T, super::refused::ValueError>,
     ) -> Option<T> {
         let input = input?;
         let text = self.text(&input)?;

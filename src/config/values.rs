@@ -9,6 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::duration::parse_duration;
+use super::refused::ValueError;
 use super::{LogFormat, ModeName, OnChange, OnExit, OnLost, ReadyWhen};
 
 pub(super) const MODES: &[(&str, ModeName)] = &[
@@ -32,7 +33,7 @@ const LOG_LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
 /// A converter accepting one of the names in `table` (case-insensitive).
 pub(super) fn choice<T: Copy>(
     table: &'static [(&'static str, T)],
-) -> impl Fn(&str) -> Result<T, String> {
+) -> impl Fn(&str) -> Result<T, ValueError> {
     move |s| {
         let lower = s.trim().to_ascii_lowercase();
         table
@@ -41,7 +42,7 @@ pub(super) fn choice<T: Copy>(
             .map(|(_, v)| *v)
             .ok_or_else(|| {
                 let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
-                format!("{s:?} is not allowed (allowed: {})", names.join(", "))
+                ValueError::not_allowed(s, format!("allowed: {}", names.join(", ")))
             })
     }
 }
@@ -55,13 +56,15 @@ pub(super) fn name_of<T: PartialEq>(table: &[(&'static str, T)], value: T) -> &'
 }
 
 /// The election name: 1-200 of `[A-Za-z0-9._-]` (it becomes part of Redis keys).
-pub(super) fn name(s: &str) -> Result<String, String> {
+pub(super) fn name(s: &str) -> Result<String, ValueError> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
     if (1..=200).contains(&s.len()) && s.chars().all(ok_char) {
         Ok(s.to_string())
     } else {
-        Err(format!(
-            "{s:?} is not a valid name (allowed: 1-200 characters of [A-Za-z0-9._-])"
+        Err(ValueError::not_a(
+            s,
+            "a valid name",
+            "allowed: 1-200 characters of [A-Za-z0-9._-]",
         ))
     }
 }
@@ -70,20 +73,24 @@ pub(super) fn name(s: &str) -> Result<String, String> {
 pub(super) const MAX_IDENTITY_BYTES: usize = 256;
 
 /// This replica's identity: 1-256 bytes of UTF-8 text without control characters.
-pub(super) fn identity(s: &str) -> Result<String, String> {
+pub(super) fn identity(s: &str) -> Result<String, ValueError> {
     if s.len() > MAX_IDENTITY_BYTES {
-        Err(format!(
-            "an identity of {} bytes is not allowed (allowed: 1-{MAX_IDENTITY_BYTES} bytes of UTF-8 text without control characters)",
-            s.len()
-        ))
+        Err(ValueError::NotAllowed {
+            value: format!("an identity of {} bytes", s.len()),
+            allowed: format!(
+                "allowed: 1-{MAX_IDENTITY_BYTES} bytes of UTF-8 text without control characters"
+            )
+            .into(),
+        })
     } else if s.is_empty() {
-        Err(
-            "\"\" is not allowed (an identity must not be empty and must differ between replicas)"
-                .into(),
-        )
+        Err(ValueError::not_allowed(
+            s,
+            "an identity must not be empty and must differ between replicas",
+        ))
     } else if s.chars().any(char::is_control) {
-        Err(format!(
-            "{s:?} is not allowed (an identity must not contain control characters)"
+        Err(ValueError::not_allowed(
+            s,
+            "an identity must not contain control characters",
         ))
     } else {
         Ok(s.to_string())
@@ -92,11 +99,17 @@ pub(super) fn identity(s: &str) -> Result<String, String> {
 
 /// A Redis address: `redis://[user[:password]@]host[:port][/db]`, `rediss://...` (TLS)
 /// or `unix:///path/to/socket`.
-pub(super) fn redis_url(s: &str) -> Result<String, String> {
+pub(super) fn redis_url(s: &str) -> Result<String, ValueError> {
     let allowed =
         "allowed: redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path";
     let shown = super::redact::scrub(s);
-    let fail = |why: &str| Err(format!("{shown:?} is not a Redis URL ({why}; {allowed})"));
+    let fail = |why: &str| {
+        Err(ValueError::not_a(
+            &shown,
+            "a Redis URL",
+            format!("{why}; {allowed}"),
+        ))
+    };
     if let Some(path) = s.strip_prefix("unix://") {
         return if path.starts_with('/') {
             Ok(s.to_string())
@@ -117,11 +130,13 @@ pub(super) fn redis_url(s: &str) -> Result<String, String> {
 }
 
 /// An HTTP URL for the health check: `http://host[:port][/path]`.
-pub(super) fn http_url(s: &str) -> Result<String, String> {
+pub(super) fn http_url(s: &str) -> Result<String, ValueError> {
     let shown = super::redact::scrub(s);
     let fail = |why: &str| {
-        Err(format!(
-            "{shown:?} is not an HTTP URL ({why}; allowed: http://host[:port][/path])"
+        Err(ValueError::not_a(
+            &shown,
+            "an HTTP URL",
+            format!("{why}; allowed: http://host[:port][/path]"),
         ))
     };
     let Some(rest) = s.strip_prefix("http://") else {
@@ -129,11 +144,7 @@ pub(super) fn http_url(s: &str) -> Result<String, String> {
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     if authority.contains('@') {
-        return Err(
-            "the URL carries user information (user:password@), which leaderd never sends; \
-             remove it (allowed: http://host[:port][/path])"
-                .to_string(),
-        );
+        return Err(ValueError::UserInfo);
     }
     match check_authority(rest) {
         Ok(()) => Ok(s.to_string()),
@@ -175,77 +186,88 @@ fn split_host_port(s: &str) -> Result<(&str, Option<&str>), &'static str> {
 }
 
 /// A duration that may be zero.
-pub(super) fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s)
+pub(super) fn duration(s: &str) -> Result<Duration, ValueError> {
+    Ok(parse_duration(s)?)
 }
 
 /// A duration that must be greater than zero.
-pub(super) fn positive_duration(s: &str) -> Result<Duration, String> {
+pub(super) fn positive_duration(s: &str) -> Result<Duration, ValueError> {
     match parse_duration(s)? {
-        d if d.is_zero() => Err(format!("{s:?} is not allowed (must be greater than 0)")),
+        d if d.is_zero() => Err(ValueError::not_allowed(s, "must be greater than 0")),
         d => Ok(d),
     }
 }
 
 /// The jitter fraction: `0 <= jitter <= 1`.
-pub(super) fn jitter(s: &str) -> Result<f64, String> {
+pub(super) fn jitter(s: &str) -> Result<f64, ValueError> {
     match s.trim().parse::<f64>() {
         Ok(j) if (0.0..=1.0).contains(&j) => Ok(j),
-        _ => Err(format!(
-            "{s:?} is not a number between 0 and 1 (rule: 0 <= jitter <= 1)"
+        _ => Err(ValueError::not_a(
+            s,
+            "a number between 0 and 1",
+            "rule: 0 <= jitter <= 1",
         )),
     }
 }
 
 /// `election.priority`: an integer 0..=1000.
-pub(super) fn priority(s: &str) -> Result<u32, String> {
+pub(super) fn priority(s: &str) -> Result<u32, ValueError> {
     match s.trim().parse::<i64>() {
         Ok(p) if (0..=1000).contains(&p) => Ok(p as u32),
-        Ok(p) => Err(format!("{p} is out of range (allowed: 0..1000)")),
-        Err(_) => Err(format!("{s:?} is not an integer (allowed: 0..1000)")),
+        Ok(value) => Err(ValueError::OutOfRange {
+            value,
+            allowed: "0..1000",
+        }),
+        Err(_) => Err(ValueError::not_a(s, "an integer", "allowed: 0..1000")),
     }
 }
 
-pub(super) fn boolean(s: &str) -> Result<bool, String> {
+pub(super) fn boolean(s: &str) -> Result<bool, ValueError> {
     match s {
         "true" => Ok(true),
         "false" => Ok(false),
-        _ => Err(format!("{s:?} is not a boolean (allowed: true, false)")),
+        _ => Err(ValueError::not_a(s, "a boolean", "allowed: true, false")),
     }
 }
 
 /// A whole number >= `min`.
-pub(super) fn count(min: u32) -> impl Fn(&str) -> Result<u32, String> {
+pub(super) fn count(min: u32) -> impl Fn(&str) -> Result<u32, ValueError> {
     move |s| match s.trim().parse::<u32>() {
         Ok(n) if n >= min => Ok(n),
-        _ => Err(format!(
-            "{s:?} is not allowed (allowed: a whole number >= {min})"
+        _ => Err(ValueError::not_allowed(
+            s,
+            format!("allowed: a whole number >= {min}"),
         )),
     }
 }
 
 /// `publish.max_connections`: 1-65535.
-pub(super) fn connections(s: &str) -> Result<u32, String> {
+pub(super) fn connections(s: &str) -> Result<u32, ValueError> {
     match s.trim().parse::<u32>() {
         Ok(n) if (1..=65535).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{s:?} is not allowed (allowed: a whole number from 1 to 65535)"
+        _ => Err(ValueError::not_allowed(
+            s,
+            "allowed: a whole number from 1 to 65535",
         )),
     }
 }
 
 /// A listen address; the empty string turns the HTTP server off.
-pub(super) fn http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+pub(super) fn http_addr(s: &str) -> Result<Option<SocketAddr>, ValueError> {
     if s.is_empty() {
         return Ok(None);
     }
     s.parse().map(Some).map_err(|_| {
-        format!("{s:?} is not a listen address (allowed: IP:PORT such as 0.0.0.0:9090, 127.0.0.1:0, [::]:9090, or \"\" for no HTTP server)")
+        ValueError::not_a(
+            s,
+            "a listen address",
+            "allowed: IP:PORT such as 0.0.0.0:9090, 127.0.0.1:0, [::]:9090, or \"\" for no HTTP server",
+        )
     })
 }
 
 /// A `host:port` to connect to (a name or an IP, and a port 1-65535); "" is None.
-pub(super) fn host_port(s: &str) -> Result<Option<String>, String> {
+pub(super) fn host_port(s: &str) -> Result<Option<String>, ValueError> {
     if s.is_empty() {
         return Ok(None);
     }
@@ -257,60 +279,79 @@ pub(super) fn host_port(s: &str) -> Result<Option<String>, String> {
     if ok {
         Ok(Some(s.to_string()))
     } else {
-        Err(format!(
-            "{s:?} is not an address (allowed: HOST:PORT such as 10.0.0.5:8080 or db-0.db:5432)"
+        Err(ValueError::not_a(
+            s,
+            "an address",
+            "allowed: HOST:PORT such as 10.0.0.5:8080 or db-0.db:5432",
         ))
     }
 }
 
 /// A listen address; the empty string turns the proxy off.
-pub(super) fn listen_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+pub(super) fn listen_addr(s: &str) -> Result<Option<SocketAddr>, ValueError> {
     if s.is_empty() {
         return Ok(None);
     }
     s.parse().map(Some).map_err(|_| {
-        format!("{s:?} is not a listen address (allowed: IP:PORT such as 0.0.0.0:7000, or \"\" for no proxy)")
+        ValueError::not_a(
+            s,
+            "a listen address",
+            "allowed: IP:PORT such as 0.0.0.0:7000, or \"\" for no proxy",
+        )
     })
 }
 
 /// A file path; the empty string turns the leader file off.
-pub(super) fn leader_file(s: &str) -> Result<Option<PathBuf>, String> {
+pub(super) fn leader_file(s: &str) -> Result<Option<PathBuf>, ValueError> {
     if s.chars().any(char::is_control) {
-        return Err(format!(
-            "{s:?} is not a path (control characters are not allowed)"
+        return Err(ValueError::not_a(
+            s,
+            "a path",
+            "control characters are not allowed",
         ));
     }
     Ok((!s.is_empty()).then(|| PathBuf::from(s)))
 }
 
 /// A signal: `SIGTERM`, `TERM`, `term` or its number `15`.
-pub(super) fn signal(s: &str) -> Result<Signal, String> {
+pub(super) fn signal(s: &str) -> Result<Signal, ValueError> {
     let upper = s.trim().to_ascii_uppercase();
     let parsed = match upper.parse::<i32>() {
         Ok(n) => Signal::try_from(n).ok(),
         Err(_) if upper.starts_with("SIG") => Signal::from_str(&upper).ok(),
         Err(_) => Signal::from_str(&format!("SIG{upper}")).ok(),
     };
-    parsed.ok_or_else(|| format!("{s:?} is not a signal (allowed: a name such as SIGTERM, TERM, SIGINT, SIGQUIT, SIGHUP, or a number such as 15)"))
+    parsed.ok_or_else(|| {
+        ValueError::not_a(
+            s,
+            "a signal",
+            "allowed: a name such as SIGTERM, TERM, SIGINT, SIGQUIT, SIGHUP, or a number such as 15",
+        )
+    })
 }
 
 /// A log level, case-insensitive, stored lowercase.
-pub(super) fn log_level(s: &str) -> Result<String, String> {
+pub(super) fn log_level(s: &str) -> Result<String, ValueError> {
     let lower = s.trim().to_ascii_lowercase();
     if LOG_LEVELS.contains(&lower.as_str()) {
         Ok(lower)
     } else {
-        Err(format!(
-            "{s:?} is not a log level (allowed: {})",
-            LOG_LEVELS.join(", ")
+        Err(ValueError::not_a(
+            s,
+            "a log level",
+            format!("allowed: {}", LOG_LEVELS.join(", ")),
         ))
     }
 }
 
 /// A path that must not be empty.
-pub(super) fn path(s: &str) -> Result<PathBuf, String> {
+pub(super) fn path(s: &str) -> Result<PathBuf, ValueError> {
     if s.is_empty() {
-        Err("\"\" is not a path (write the path of a file, or leave the key out)".into())
+        Err(ValueError::not_a(
+            s,
+            "a path",
+            "write the path of a file, or leave the key out",
+        ))
     } else {
         Ok(PathBuf::from(s))
     }
@@ -339,7 +380,7 @@ mod tests {
             "unix://rel",
             "redis://[::1",
         ] {
-            let err = redis_url(bad).expect_err(bad);
+            let err = redis_url(bad).expect_err(bad).to_string();
             assert!(err.contains("allowed: redis://"), "{err}");
         }
     }
@@ -375,6 +416,7 @@ mod tests {
         assert_eq!(choice(MODES)("Single"), Ok(ModeName::Single));
         assert!(choice(MODES)("solo")
             .unwrap_err()
+            .to_string()
             .contains("single, sentinel, redlock, cluster"));
     }
 }
