@@ -1,7 +1,8 @@
 //! `leaderd status --watch` (contract part 2, "Candidates"): against real replicas, one new
 //! document per change (a candidate joining, one leaving after SIGTERM, a leader taking over
 //! after a SIGKILL), none while nothing changes, the error line while Redis is down and the
-//! status again after it is back, no terminal escapes without a TTY, exit 0 on SIGINT/SIGTERM.
+//! status again after it is back, no terminal escapes without a TTY, a cleared screen and a
+//! redraw on one, exit 0 on SIGINT/SIGTERM.
 
 mod support;
 
@@ -277,6 +278,46 @@ fn watch_text_without_a_tty_shows_the_error_and_recovers() {
         Some(0),
         "exit 0 on SIGTERM"
     );
+}
+
+#[test]
+fn watch_on_a_terminal_clears_and_redraws() {
+    let redis = RedisServer::start();
+    let name = "watch-tty";
+    seed(&redis, name);
+    let a = replica(&redis, name, "a");
+    assert!(wait_until(BOUND, POLL, || leads(&a).then_some(())).is_some());
+    // `script` (util-linux, Essential on Debian) gives the watcher a pseudo-terminal; `timeout`
+    // ends it with SIGINT after 12s, and `--preserve-status` hands back its exit code.
+    let inner = format!(
+        "timeout --preserve-status -s INT 12 {} status --watch --config {}",
+        leaderd_bin().display(),
+        a.config_path().display()
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = std::fs::File::create(dir.path().join("tty")).expect("output file");
+    let mut script = Command::new("script")
+        .args(["-q", "-f", "-e", "-c", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn script (util-linux)");
+    let screen = || std::fs::read_to_string(dir.path().join("tty")).unwrap_or_default();
+    let clear = "\x1b[H\x1b[2J";
+    let first = format!("{clear}{name}: held by a (fence ");
+    wait_until(BOUND, POLL, || screen().starts_with(&first).then_some(()))
+        .unwrap_or_else(|| panic!("no cleared screen with the status: {:?}", screen()));
+    let _b = replica(&redis, name, "b");
+    wait_until(BOUND, POLL, || {
+        let s = screen();
+        let last = s.rsplit(clear).next()?;
+        (s.matches(clear).count() >= 2 && last.contains("  b ")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no redraw listing b: {:?}", screen()));
+    let code = wait_until(BOUND, POLL, || script.try_wait().ok().flatten());
+    let _ = script.kill();
+    assert_eq!(code.and_then(|s| s.code()), Some(0), "{:?}", screen());
 }
 
 #[test]
