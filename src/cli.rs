@@ -9,6 +9,8 @@ use crate::daemon;
 use crate::daemon::candidacy::Listed;
 use crate::lease::{Heartbeat, Lease, LeaseError, Observed};
 
+mod watch;
+
 /// Exit code of a bad configuration or bad usage.
 pub const EXIT_USAGE: i32 = 2;
 /// Exit code of a failure that cannot be recovered from.
@@ -50,6 +52,10 @@ enum Command {
         /// Print a JSON object instead of a line of text.
         #[arg(long)]
         json: bool,
+        /// Keep the output on screen and redraw it at every change, until SIGINT/SIGTERM;
+        /// with --json, one JSON document per change, one per line.
+        #[arg(long)]
+        watch: bool,
     },
     /// Copy this leaderd binary to DEST (an init container putting leaderd into another
     /// image for exec mode: the leaderd image has no shell and no cp).
@@ -174,7 +180,11 @@ pub fn main() -> i32 {
         Command::CheckConfig { common, probe } => {
             check_config(&common.overrides(Vec::new()), probe)
         }
-        Command::Status { common, json } => status(&common.overrides(Vec::new()), json),
+        Command::Status {
+            common,
+            json,
+            watch,
+        } => status(&common.overrides(Vec::new()), json, watch),
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
     }
@@ -334,7 +344,7 @@ async fn probe_redis<L: crate::Lease>(lease: &L) -> i32 {
     0
 }
 
-fn status(overrides: &Overrides, json: bool) -> i32 {
+fn status(overrides: &Overrides, json: bool, watch: bool) -> i32 {
     let config = match load(overrides) {
         Ok(config) => config,
         Err(code) => return code,
@@ -346,20 +356,11 @@ fn status(overrides: &Overrides, json: bool) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let read = async {
-        let seen = lease.observe(lease.default_budget()).await?;
-        let roster = lease
-            .heartbeat(Heartbeat::Read, lease.default_budget())
-            .await
-            .unwrap_or_default();
-        Ok::<_, LeaseError>((seen, roster))
-    };
-    match runtime().block_on(read) {
-        Ok((seen, roster)) => {
-            let leader = seen.holder().map(|h| h.holder.clone());
-            let candidates = daemon::candidacy::listed(&roster, leader.as_deref());
-            print_status(&config.name, &seen, json, &candidates)
-        }
+    if watch {
+        return watch::run(&config, lease, json);
+    }
+    match runtime().block_on(read_status(&lease)) {
+        Ok((seen, candidates)) => print_status(&config.name, &seen, json, &candidates),
         Err(err) => {
             print_status_error(&config.name, &err, json);
             EXIT_FAILURE
@@ -367,62 +368,95 @@ fn status(overrides: &Overrides, json: bool) -> i32 {
     }
 }
 
+/// What `status` shows: the lease, and the candidates in the contract's order.
+async fn read_status<L: Lease>(lease: &L) -> Result<(Observed, Vec<Listed>), LeaseError> {
+    let seen = lease.observe(lease.default_budget()).await?;
+    let roster = lease
+        .heartbeat(Heartbeat::Read, lease.default_budget())
+        .await
+        .unwrap_or_default();
+    let leader = seen.holder().map(|h| h.holder.clone());
+    Ok((seen, daemon::candidacy::listed(&roster, leader.as_deref())))
+}
+
 fn print_status(name: &str, seen: &Observed, json: bool, candidates: &[Listed]) -> i32 {
+    if json {
+        println!("{}", status_json(name, seen, candidates));
+    } else {
+        print!("{}", status_text(name, seen, candidates));
+    }
+    status_code(seen)
+}
+
+/// Exit code of `status`: 0 held, 3 otherwise.
+fn status_code(seen: &Observed) -> i32 {
+    match seen {
+        Observed::Held(_) => 0,
+        _ => EXIT_VACANT,
+    }
+}
+
+/// Milliseconds until the lease may be free, as `status` shows them (none when vacant).
+fn remaining_ms(seen: &Observed) -> Option<u64> {
+    match seen {
+        Observed::Vacant => None,
+        other => other.remaining().map(|d| d.as_millis() as u64),
+    }
+}
+
+/// The `status --json` document, on one line.
+fn status_json(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
     let state = match seen {
         Observed::Vacant => "vacant",
         Observed::Quarantined { .. } => "quarantined",
         Observed::Held(_) => "held",
         Observed::Reserved { .. } => "reserved",
     };
-    let remaining_ms = match seen {
-        Observed::Vacant => None,
-        other => other.remaining().map(|d| d.as_millis() as u64),
-    };
     let holder = seen.holder();
-    if json {
-        let mut doc = serde_json::json!({
-            "name": name,
-            "state": state,
-            "holder": holder.map(|h| bounded(&h.holder)),
-            "fence": holder.map(|h| h.fence),
-            "remaining_ms": remaining_ms,
-        });
-        if let Observed::Reserved { for_identity, .. } = seen {
-            doc["reserved_for"] = serde_json::json!(for_identity);
-        }
-        // The candidates keep the contract's field order (a `Value` would sort them).
-        let mut text = doc.to_string();
-        text.pop();
-        let list = serde_json::to_string(candidates).unwrap_or_else(|_| "[]".into());
-        println!("{text},\"candidates\":{list}}}");
-    } else {
-        match seen {
-            Observed::Vacant => println!("{name}: vacant (nobody holds the lease)"),
-            Observed::Quarantined { .. } => println!(
-                "{name}: quarantined after data loss or first start ({}ms left)",
-                remaining_ms.unwrap_or(0)
-            ),
-            Observed::Held(h) => println!(
-                "{name}: held by {} (fence {}, {}ms left)",
-                shown_identity(&h.holder),
-                h.fence,
-                remaining_ms.map_or("no TTL".to_string(), |ms| ms.to_string())
-            ),
-            Observed::Reserved { for_identity, .. } => println!(
-                "{name}: reserved for {} ({}ms left)",
-                shown_identity(for_identity),
-                remaining_ms.unwrap_or(0)
-            ),
-        }
-        for c in candidates {
-            println!("{}", daemon::candidacy::line(c));
-        }
+    let mut doc = serde_json::json!({
+        "name": name,
+        "state": state,
+        "holder": holder.map(|h| bounded(&h.holder)),
+        "fence": holder.map(|h| h.fence),
+        "remaining_ms": remaining_ms(seen),
+    });
+    if let Observed::Reserved { for_identity, .. } = seen {
+        doc["reserved_for"] = serde_json::json!(for_identity);
     }
-    if state == "held" {
-        0
-    } else {
-        EXIT_VACANT
+    // The candidates keep the contract's field order (a `Value` would sort them).
+    let mut text = doc.to_string();
+    text.pop();
+    let list = serde_json::to_string(candidates).unwrap_or_else(|_| "[]".into());
+    format!("{text},\"candidates\":{list}}}")
+}
+
+/// The text of `status`: the first line, then one line per candidate (each line ends in a
+/// newline).
+fn status_text(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
+    let remaining_ms = remaining_ms(seen);
+    let mut text = match seen {
+        Observed::Vacant => format!("{name}: vacant (nobody holds the lease)\n"),
+        Observed::Quarantined { .. } => format!(
+            "{name}: quarantined after data loss or first start ({}ms left)\n",
+            remaining_ms.unwrap_or(0)
+        ),
+        Observed::Held(h) => format!(
+            "{name}: held by {} (fence {}, {}ms left)\n",
+            shown_identity(&h.holder),
+            h.fence,
+            remaining_ms.map_or("no TTL".to_string(), |ms| ms.to_string())
+        ),
+        Observed::Reserved { for_identity, .. } => format!(
+            "{name}: reserved for {} ({}ms left)\n",
+            shown_identity(for_identity),
+            remaining_ms.unwrap_or(0)
+        ),
+    };
+    for c in candidates {
+        text += &daemon::candidacy::line(c);
+        text.push('\n');
     }
+    text
 }
 
 /// At most [`MAX_SHOWN`] bytes of a value from Redis (cut at a character boundary).
@@ -444,10 +478,17 @@ const MAX_SHOWN: usize = 256;
 
 fn print_status_error(name: &str, err: &LeaseError, json: bool) {
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"name": name, "error": err.to_string()})
-        );
+        println!("{}", status_error_json(name, err));
     }
-    eprintln!("leaderd: status of {name}: {err}");
+    eprintln!("{}", status_error_line(name, err));
+}
+
+/// The `status --json` document when Redis cannot be read.
+fn status_error_json(name: &str, err: &LeaseError) -> String {
+    serde_json::json!({"name": name, "error": err.to_string()}).to_string()
+}
+
+/// The line `status` prints when Redis cannot be read.
+fn status_error_line(name: &str, err: &LeaseError) -> String {
+    format!("leaderd: status of {name}: {err}")
 }

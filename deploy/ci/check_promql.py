@@ -37,7 +37,9 @@ CONTRACT: dict[str, dict[str, set[str] | None]] = {
     "leaderd_renew_duration_seconds_count": {},
     "leaderd_lease_remaining_seconds": {},
     "leaderd_fence": {},
-    "leaderd_step_downs_total": {"reason": {"lost", "deadline", "shutdown", "yield", "child_exit"}},
+    "leaderd_step_downs_total": {"reason": {"lost", "deadline", "shutdown", "yield", "child_exit",
+                                            "handover", "preempted"}},
+    "leaderd_candidates": {"healthy": {"true", "false"}},
     "leaderd_redis_errors_total": {"kind": {"timeout", "connection", "auth", "script", "other"}},
     "leaderd_build_info": {"version": None},
     "leader_election_master_status": {},
@@ -164,6 +166,8 @@ def synthetic_series() -> list[dict[str, str]]:
                 {"series": f"leaderd_fence{{{base}}}",
                  "values": "1764489600123x60" if leader else "0x60"},
                 {"series": f'leaderd_build_info{{{base},version="0.1.0"}}', "values": "1x60"},
+                {"series": f'leaderd_candidates{{{base},healthy="true"}}', "values": "3x60"},
+                {"series": f'leaderd_candidates{{{base},healthy="false"}}', "values": "0x60"},
                 {"series": f"process_resident_memory_bytes{{{target}}}", "values": "8000000x60"},
                 {"series": f"process_cpu_seconds_total{{{target}}}", "values": "0+0.3x60"},
                 {"series": f"leaderd_renew_duration_seconds_sum{{{base}}}", "values": "0+0.06x60"},
@@ -241,6 +245,7 @@ def cmd_dashboard(path: str, outdir: str) -> int:
         "renew latency": "leaderd_renew_duration_seconds_bucket",
         "lease remaining": "leaderd_lease_remaining_seconds", "fences": "leaderd_fence",
         "errors": "leaderd_redis_errors_total", "step-downs": "leaderd_step_downs_total",
+        "candidates": "leaderd_candidates",
     }
     for what, metric in required.items():
         if metric not in used_metrics:
