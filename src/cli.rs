@@ -447,7 +447,7 @@ fn status_text(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
             remaining_ms.map_or("no TTL".to_string(), |ms| ms.to_string())
         ),
         Observed::Reserved { for_identity, .. } => format!(
-            "{name}: reserved for {} ({}ms left)\n",
+            "{name}: reserved for {} ({} ms left)\n",
             shown_identity(for_identity),
             remaining_ms.unwrap_or(0)
         ),

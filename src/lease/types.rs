@@ -215,7 +215,7 @@ impl std::fmt::Display for Observed {
                 for_identity,
                 remaining,
                 ..
-            } => write!(f, "reserved for {for_identity} ({}ms left)", ms(remaining)),
+            } => write!(f, "reserved for {for_identity} ({} ms left)", ms(remaining)),
         }
     }
 }
