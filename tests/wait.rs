@@ -69,6 +69,12 @@ async fn acquire_and_renew_count_only_when_replicas_acknowledge() {
     seed_fence(&master, name);
     let lock = spec(name, "x").keys().lock;
     let a = client(&master, name, "a", 1);
+    // Connected first: connecting counts against the acquire's budget, which WAIT gets the
+    // rest of.
+    timeout(BOUND, a.observe(a.default_budget()))
+        .await
+        .expect("observe finishes")
+        .expect("connected");
 
     // Replication running: the acquire is acknowledged and the lease is on the replica too.
     let mut term = granted(acquire(&a).await);
