@@ -260,8 +260,15 @@ async fn follow<L: Lease, E: ElectionEvents>(
             if let Some(end) = sit_out_until.filter(|_| sitting_out) {
                 until = until.min(end);
             }
+            // A quiet wait still shows the loop alive (`/healthz`) every retry_period.
+            let check_in = Instant::now() + t.retry_period;
             tokio::select! {
-                _ = tokio::time::sleep_until(until) => break,
+                _ = tokio::time::sleep_until(until.min(check_in)) => {
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    reporter.attempted();
+                }
                 msg = releases.changed() => {
                     if heard(msg, &mut sight, me, contend, &t, reporter) == Next::Attempt {
                         break;

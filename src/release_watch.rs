@@ -111,7 +111,12 @@ async fn listen(
             _ = tokio::time::sleep_until(next_ping) => {
                 let ping = sink.ping::<redis::Value>();
                 match tokio::time::timeout(how.ping_timeout, ping).await {
+                    // Any answer, even a refusal (an ACL without +ping), shows the
+                    // connection alive.
                     Ok(Ok(_)) => next_ping = tokio::time::Instant::now() + how.ping_every,
+                    Ok(Err(e)) if e.code().is_some() => {
+                        next_ping = tokio::time::Instant::now() + how.ping_every;
+                    }
                     _ => return End::Unanswered,
                 }
             }
