@@ -211,7 +211,11 @@ async fn follow<L: Lease, E: ElectionEvents>(
     let t = policy.timing;
     let me = lease.spec().holder.as_str();
     let mut failures = 0u32;
-    // What was published or read while we led (our own term's messages) is no news.
+    // Subscribed before the first read, so that the subscription's wake-up is no news; and
+    // what was published or read while we led (our own term's messages) is none either.
+    if !releases.is_confirmed() {
+        releases.confirmed_within(t.command_timeout).await;
+    }
     releases.mark_seen();
     inputs.candidates.mark_unchanged();
     loop {

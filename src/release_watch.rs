@@ -40,8 +40,9 @@ pub(crate) async fn listen_with(
         match tokio::time::timeout(how.connect_timeout, subscribed).await {
             Ok(Ok(pubsub)) => {
                 pause = Duration::from_millis(50);
-                confirmed.send_replace(true);
+                // The wake-up first: whoever waited for the confirmation has it behind them.
                 tx.send_replace(None);
+                confirmed.send_replace(true);
                 let why = listen(pubsub, &how, &tx, || connector.epoch() != epoch).await;
                 confirmed.send_replace(false);
                 if why == End::Closed {

@@ -121,6 +121,7 @@ fn a_follower_under_a_live_leader_costs_at_most_four_requests_per_lease() {
     seed_fence(&redis, name);
     let leader = Daemon::spawn(&user_opts(&redis, name, "qa-lead", 0));
     wait_leader(&[&leader], None);
+    let from_start = Monitor::start(redis.addr());
     let followers: Vec<Daemon> = ["qb-one", "qc-two"]
         .iter()
         .map(|id| Daemon::spawn(&user_opts(&redis, name, id, 0)))
@@ -135,6 +136,8 @@ fn a_follower_under_a_live_leader_costs_at_most_four_requests_per_lease() {
     std::thread::sleep(window);
     let seen = monitor.seen();
     drop(monitor);
+    let everything = from_start.seen();
+    drop(from_start);
     let after = connections_by_user(&redis);
     for f in &followers {
         let id = f.identity();
@@ -146,6 +149,28 @@ fn a_follower_under_a_live_leader_costs_at_most_four_requests_per_lease() {
         );
         assert_eq!(subs.len(), 1, "{id} has one subscriber connection");
         let sent = commands_from(&seen, &cmds);
+        let first = sent.first().map_or(f64::MAX, |s| s.ts);
+        let startup: Vec<String> = commands_from(&everything, &cmds)
+            .iter()
+            .filter(|s| s.ts < first)
+            .map(|s| s.cmd())
+            .collect();
+        eprintln!("{id}: at the start: {startup:?}");
+        // From its first command on, over 2 lease durations: the same budget plus the read
+        // at the start (connecting's AUTH and INFO aside).
+        let all = commands_from(&everything, &cmds);
+        let t0 = all.first().map_or(0.0, |s| s.ts);
+        let early: Vec<String> = all
+            .iter()
+            .filter(|s| s.ts < t0 + window.as_secs_f64())
+            .map(|s| s.cmd())
+            .filter(|c| !["AUTH", "INFO", "HELLO", "CLIENT"].contains(&c.as_str()))
+            .collect();
+        assert!(
+            early.len() <= 4 * 2 + 1,
+            "{id}: {} requests in its first 2 lease durations: {early:?}",
+            early.len()
+        );
         let pings = commands_from(&seen, &subs)
             .iter()
             .filter(|s| s.cmd() == "PING")

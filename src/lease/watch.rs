@@ -105,6 +105,24 @@ impl ReleaseWatch {
         }
     }
 
+    /// Waits (at most `limit`) until [`Self::is_confirmed`]; returns whether it is. A watch
+    /// made at once is usually confirmed a round trip later: a follower that waits for it
+    /// before its first read needs no second read for the subscription.
+    pub async fn confirmed_within(&self, limit: std::time::Duration) -> bool {
+        let Confirmed::Flags(flags) = &self.confirmed else {
+            return true;
+        };
+        let all = async {
+            for f in flags {
+                if f.clone().wait_for(|c| *c).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::time::timeout(limit, all).await.unwrap_or(false)
+    }
+
     /// Forgets the messages received so far: the next [`Self::changed`] waits for a new one.
     pub fn mark_seen(&mut self) {
         match &mut self.rx {
