@@ -7,8 +7,8 @@
 -- KEYS[2] the lease hash (same hash tag), read too so that the heartbeat doubles as a
 -- follower's read of the lease.
 -- Returns {now_ms, pttl_ms, holder, fence, reserved_for, confirmed, address, identity,
--- entry_json, ...}: the lease as acquire.lua reports it (pttl -2: no lease; strings cut to
--- 256 bytes), then the live entries.
+-- entry_json, ...}: the lease as acquire.lua reports it (pttl -2: no lease, -3: unknown,
+-- a field longer than 256 bytes), then the live entries.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
@@ -26,8 +26,14 @@ end
 local pttl = redis.call('PTTL', KEYS[2])
 local lease = {'', '', '', '', ''}
 if pttl ~= -2 then
-  lease = redis.call('HMGET', KEYS[2], 'holder', 'fence', 'reserved_for', 'confirmed',
-    'address')
+  -- A field no leaderd writes that long (a forged holder) is not copied: lease unknown.
+  for _, f in ipairs({'holder', 'reserved_for', 'address'}) do
+    if redis.call('HSTRLEN', KEYS[2], f) > 256 then pttl = -3 end
+  end
+  if pttl ~= -3 then
+    lease = redis.call('HMGET', KEYS[2], 'holder', 'fence', 'reserved_for', 'confirmed',
+      'address')
+  end
 end
 local out = {now, pttl}
 for i = 1, 5 do

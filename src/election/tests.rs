@@ -598,8 +598,9 @@ async fn a_heartbeat_read_of_a_vacant_lease_contends_at_once() {
     bounded(h.task).await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_follower_that_is_not_the_best_successor_waits_half_a_retry_longer() {
+/// How long after its start a follower with `priority` wins a lease that expires in 450 ms,
+/// among the candidates "best" (10) and "other" (the holder, 20).
+async fn won_after_expiry_with_priority(priority: u32) -> Duration {
     let lease = Arc::new(FakeLease::default());
     lease.hold_by_other(Duration::from_millis(450));
     let started = Instant::now();
@@ -607,42 +608,34 @@ async fn a_follower_that_is_not_the_best_successor_waits_half_a_retry_longer() {
     h.roster.send_modify(|r| {
         r.candidates = vec![
             candidate("best", 10),
-            candidate("me", 0),
+            candidate("me", priority),
             candidate("other", 20),
         ];
     });
     wait_phase(&mut h.state, Phase::Leader).await;
     let took = started.elapsed();
+    h.shutdown.cancel();
+    bounded(h.task).await;
+    took
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_that_is_not_the_best_successor_waits_half_a_retry_longer() {
+    let took = won_after_expiry_with_priority(0).await;
     // 450 ms to the expiry, then retry_period / 2 = 150 ms.
     assert!(
         took >= Duration::from_millis(600) && took < Duration::from_millis(610),
         "took {took:?}"
     );
-    h.shutdown.cancel();
-    bounded(h.task).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_best_successor_contends_at_the_expiry() {
-    let lease = Arc::new(FakeLease::default());
-    lease.hold_by_other(Duration::from_millis(450));
-    let started = Instant::now();
-    let mut h = start(lease.clone(), AfterLoss::Contend);
-    h.roster.send_modify(|r| {
-        r.candidates = vec![
-            candidate("best", 10),
-            candidate("me", 20),
-            candidate("other", 30),
-        ];
-    });
-    wait_phase(&mut h.state, Phase::Leader).await;
-    let took = started.elapsed();
+    let took = won_after_expiry_with_priority(30).await;
     assert!(
         took >= Duration::from_millis(450) && took < Duration::from_millis(460),
         "took {took:?}"
     );
-    h.shutdown.cancel();
-    bounded(h.task).await;
 }
 
 fn with_announcements(lease: &FakeLease) -> watch::Sender<Option<Announcement>> {

@@ -68,6 +68,7 @@ impl LeaseScript {
                 c(&["PEXPIRE", &keys.candidates, "1"]),
                 c(&["PTTL", lock]),
                 c(&["HMGET", lock, "holder"]),
+                c(&["HSTRLEN", lock, "holder"]),
             ],
             LeaseScript::Announce => vec![
                 c(&["HGET", lock, "token"]),

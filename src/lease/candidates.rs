@@ -168,7 +168,7 @@ fn parse_roster(reply: Vec<redis::Value>, sent: Instant) -> Roster {
         .map(|v| text(v).unwrap_or_default())
         .collect();
     let lease = match (pttl, fields.as_slice()) {
-        (Some(pttl), [holder, fence, reserved_for, confirmed, address]) => Some((
+        (Some(pttl), [holder, fence, reserved_for, confirmed, address]) if pttl >= -2 => Some((
             lease_of(pttl, holder, fence, reserved_for, confirmed, address),
             sent,
         )),
