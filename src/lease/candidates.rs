@@ -246,6 +246,43 @@ mod tests {
     }
 
     #[test]
+    fn the_heartbeat_reply_carries_the_lease() {
+        use redis::Value;
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = |pttl: i64, holder: &str, confirmed: &str| {
+            vec![
+                Value::Int(1000),
+                Value::Int(pttl),
+                b(holder),
+                b("1764600000000018"),
+                b(""),
+                b(confirmed),
+                b("10.0.0.2:8080"),
+                b("pod-b"),
+                b(r#"{"healthy":true,"priority":3,"seen_at_ms":990}"#),
+            ]
+        };
+        let sent = Instant::now();
+        let r = parse_roster(reply(14000, "pod-a", "1"), sent);
+        assert_eq!(r.candidates.len(), 1);
+        let (seen, at) = r.lease.unwrap();
+        assert_eq!(at, sent);
+        let h = seen.holder().unwrap();
+        assert_eq!((h.holder.as_str(), h.fence), ("pod-a", 1764600000000018));
+        assert_eq!(h.remaining, Some(Duration::from_millis(14000)));
+        assert_eq!(h.address.as_deref(), Some("10.0.0.2:8080"));
+        // An unconfirmed term names nobody; no lease is vacant; -3 is unknown.
+        let unconfirmed = parse_roster(reply(14000, "pod-a", "0"), sent)
+            .lease
+            .unwrap()
+            .0;
+        assert!(matches!(unconfirmed, Observed::Quarantined { .. }));
+        let vacant = parse_roster(reply(-2, "", ""), sent).lease.unwrap().0;
+        assert_eq!(vacant, Observed::Vacant);
+        assert_eq!(parse_roster(reply(-3, "", ""), sent).lease, None);
+    }
+
+    #[test]
     fn merge_keeps_the_freshest_entry() {
         let a = Roster {
             now_ms: 5,
