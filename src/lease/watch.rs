@@ -16,7 +16,9 @@ impl LeaseClient {
             channel: self.keys.released.clone(),
             connect_timeout: self.endpoint.connect_timeout(),
             ping_every: self.spec.release_check,
-            ping_timeout: self.spec.command_timeout.min(self.spec.release_check),
+            // Generous: a false alarm costs two reads; a dead subscription is still noticed
+            // within two checks.
+            ping_timeout: self.spec.release_check.max(self.spec.command_timeout),
         };
         let task = tokio::spawn(crate::release_watch::listen_with(
             connector,
