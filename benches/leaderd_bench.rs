@@ -2,7 +2,7 @@
 //!
 //! Runs leaderd against real `redis-server` processes on loopback and prints the tables of
 //! BENCHMARKS.md; writes them to `target/leaderd-bench/results.md` (and `.json`).
-//! Sections: handover, crash, steady, herd, lock, proxy (default: all). `BENCH_LOCK_ONLY=rslock,lease`
+//! Sections: handover, crash, steady, herd, lock, proxy, followers (default: all). `BENCH_LOCK_ONLY=rslock,lease`
 //! limits the lock section to some of floor, rslock, lease, locker.
 
 #[path = "../tests/support/mod.rs"]
@@ -11,6 +11,7 @@ mod support;
 mod bench {
     pub mod cluster;
     pub mod election;
+    pub mod followers;
     pub mod lock;
     pub mod proxy;
     pub mod stats;
@@ -21,7 +22,15 @@ use std::process::Command;
 
 use bench::stats::{loadavg, Table};
 
-const SECTIONS: [&str; 6] = ["handover", "crash", "steady", "herd", "lock", "proxy"];
+const SECTIONS: [&str; 7] = [
+    "handover",
+    "crash",
+    "steady",
+    "herd",
+    "lock",
+    "proxy",
+    "followers",
+];
 
 fn main() {
     let mut quick = false;
@@ -78,6 +87,12 @@ fn main() {
                 bench::election::herd(200, if quick { 3 } else { 20 }, &mut tables, &mut json)
             }
             "proxy" => bench::proxy::run(quick, &mut tables, &mut json),
+            "followers" => bench::followers::run(
+                if quick { 30.0 } else { 90.0 },
+                if quick { 10 } else { 30 },
+                &mut tables,
+                &mut json,
+            ),
             _ => unreachable!(),
         }
     }

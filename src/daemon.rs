@@ -106,6 +106,7 @@ pub(crate) fn lease_spec(config: &Config) -> LeaseSpec {
         command_timeout: config.redis.command_timeout,
         connect_timeout: config.redis.connect_timeout,
         address: config.publish.advertise.clone(),
+        release_check: config.election.retry_period,
     }
 }
 

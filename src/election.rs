@@ -10,8 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{
-    backoff, jittered, wait_for_holder, Acquire, Announcement, Holder, Lease, LeaseError, Observed,
-    Roster, Term,
+    backoff, jittered, Acquire, Announcement, Holder, Lease, LeaseError, Observed, Roster, Term,
 };
 use crate::state::TermView;
 
@@ -198,7 +197,9 @@ pub async fn run<L: Lease, W: LeaderWork, E: ElectionEvents>(
 }
 
 /// Contends until a term is won (`Some`) or shutdown (`None`). Before `sit_out_until` and
-/// while unhealthy it only observes.
+/// while unhealthy it only observes. While a live leader holds the lease and the release
+/// subscription is confirmed it sends nothing: it wakes at an announcement, a heartbeat's
+/// read of the lease (`inputs.candidates`) or the observed expiry (see [`next_attempt`]).
 async fn follow<L: Lease, E: ElectionEvents>(
     lease: &L,
     policy: &Policy,
@@ -208,29 +209,36 @@ async fn follow<L: Lease, E: ElectionEvents>(
     sit_out_until: Option<Instant>,
 ) -> Option<Term> {
     let t = policy.timing;
+    let me = lease.spec().holder.as_str();
     let mut failures = 0u32;
-    // What was published while we led (our own term's messages) is no news.
+    // Subscribed before the first read, so that the subscription's wake-up is no news; and
+    // what was published or read while we led (our own term's messages) is none either.
+    if !releases.is_confirmed() {
+        releases.confirmed_within(t.command_timeout).await;
+    }
     releases.mark_seen();
+    inputs.candidates.mark_unchanged();
     loop {
         if inputs.shutdown.is_cancelled() {
             return None;
         }
         let sitting_out = sit_out_until.is_some_and(|until| Instant::now() < until);
         let contend = !sitting_out && *inputs.healthy.borrow();
+        let sent = Instant::now();
         let outcome = if contend {
             lease.try_acquire(t.command_timeout).await
         } else {
             lease.observe(t.command_timeout).await.map(Acquire::Denied)
         };
         reporter.attempted();
-        let mut wait = match outcome {
+        let mut sight = match outcome {
             Ok(Acquire::Acquired(term)) if term.is_valid() => {
                 reporter.acquire_result(AcquireResult::Acquired);
                 return Some(term);
             }
             Ok(Acquire::Acquired(term)) => {
                 undo_expired_grant(lease, t.command_timeout, reporter, &term).await;
-                jittered(t.retry_period, t.jitter)
+                Sight::unknown(Instant::now() + jittered(t.retry_period, t.jitter))
             }
             Ok(Acquire::Denied(seen)) => {
                 failures = 0;
@@ -238,7 +246,7 @@ async fn follow<L: Lease, E: ElectionEvents>(
                     reporter.acquire_result(AcquireResult::Held);
                 }
                 reporter.observed(&seen);
-                wait_for_holder(&seen, jittered(t.retry_period, t.jitter))
+                Sight::read(seen, sent, jittered(t.retry_period, t.jitter))
             }
             Err(err) => {
                 failures += 1;
@@ -246,30 +254,256 @@ async fn follow<L: Lease, E: ElectionEvents>(
                     reporter.acquire_result(AcquireResult::Error);
                 }
                 reporter.redis_failed(&err);
-                backoff(t.retry_period, failures)
+                Sight::unknown(Instant::now() + backoff(t.retry_period, failures))
             }
         };
-        if let Some(until) = sit_out_until.filter(|_| sitting_out) {
-            wait = wait.min(until.saturating_duration_since(Instant::now()));
-        }
-        let until = Instant::now() + wait;
         loop {
+            let best = is_best_successor(&inputs.candidates.borrow(), &sight, me);
+            let quiet = releases.is_confirmed();
+            let mut until = next_attempt(&sight, me, contend, quiet, best, &t);
+            if let Some(end) = sit_out_until.filter(|_| sitting_out) {
+                until = until.min(end);
+            }
+            // A quiet wait still shows the loop alive (`/healthz`) every retry_period.
+            let check_in = Instant::now() + t.retry_period;
             tokio::select! {
-                _ = tokio::time::sleep_until(until) => break,
-                msg = releases.changed() => match msg {
-                    Some(Announcement::Acquired { holder, fence, address })
-                        if holder != lease.spec().holder =>
-                    {
-                        let seen = announced(holder, fence, address, t.lease_duration);
-                        reporter.observed(&seen);
+                _ = tokio::time::sleep_until(until.min(check_in)) => {
+                    if Instant::now() >= until {
+                        break;
                     }
-                    Some(Announcement::Acquired { .. }) => {}
-                    _ if contend => break,
-                    _ => {}
-                },
+                    reporter.attempted();
+                }
+                msg = releases.changed() => {
+                    if heard(msg, &mut sight, me, contend, &t, reporter) == Next::Attempt {
+                        break;
+                    }
+                }
+                Some(read) = roster_lease(&mut inputs.candidates) => {
+                    if sight.take_read(read, me, contend, reporter) == Next::Attempt {
+                        break;
+                    }
+                }
                 _ = health_change(&mut inputs.healthy) => break,
                 Some(_) = inputs.yields.recv() => {} // nothing to yield while following
                 _ = inputs.shutdown.cancelled() => return None,
+            }
+        }
+    }
+}
+
+/// What a follower knows of the lease between two attempts.
+#[derive(Debug, Clone)]
+struct Sight {
+    /// What holds the lease; `None` when unknown (Redis failed).
+    seen: Option<Observed>,
+    /// When that was true: the read's send (so `remaining` never overstates the lease), or
+    /// an announcement's arrival.
+    at: Instant,
+    /// When to attempt again at the latest while polling.
+    poll_at: Instant,
+}
+
+/// Whether the follower attempts at once or keeps waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Attempt,
+    Wait,
+}
+
+impl Sight {
+    fn unknown(poll_at: Instant) -> Self {
+        Sight {
+            seen: None,
+            at: Instant::now(),
+            poll_at,
+        }
+    }
+
+    fn read(seen: Observed, sent: Instant, retry: Duration) -> Self {
+        Sight {
+            seen: Some(seen),
+            at: sent,
+            poll_at: Instant::now() + retry,
+        }
+    }
+
+    /// When the lease as seen expires in Redis; `None`: no TTL, or nothing known.
+    fn expiry(&self) -> Option<Instant> {
+        self.seen.as_ref()?.remaining().map(|left| self.at + left)
+    }
+
+    /// The fence of what was seen, to tell a stale announcement from news.
+    fn fence(&self) -> u64 {
+        match &self.seen {
+            Some(Observed::Held(h)) => h.fence,
+            Some(Observed::Reserved { fence, .. } | Observed::Quarantined { fence, .. }) => *fence,
+            Some(Observed::Vacant) | None => 0,
+        }
+    }
+
+    /// What was seen, with `remaining` counted from now: what the follower publishes.
+    fn now(&self) -> Option<Observed> {
+        let mut seen = self.seen.clone()?;
+        let gone = self.at.elapsed();
+        match &mut seen {
+            Observed::Held(Holder { remaining, .. })
+            | Observed::Reserved { remaining, .. }
+            | Observed::Quarantined { remaining, .. } => {
+                *remaining = remaining.map(|r| r.saturating_sub(gone));
+            }
+            Observed::Vacant => {}
+        }
+        Some(seen)
+    }
+
+    fn learn<E: ElectionEvents>(&mut self, seen: Observed, at: Instant, reporter: &E) {
+        self.seen = Some(seen);
+        self.at = at;
+        if let Some(now) = self.now() {
+            reporter.observed(&now);
+        }
+    }
+
+    /// A heartbeat's read of the lease, sent at `sent`: news unless something newer is
+    /// known already. A vacant lease, or one reserved for us, is worth an attempt at once.
+    fn take_read<E: ElectionEvents>(
+        &mut self,
+        (seen, sent): (Observed, Instant),
+        me: &str,
+        contend: bool,
+        reporter: &E,
+    ) -> Next {
+        if sent < self.at {
+            return Next::Wait;
+        }
+        let urgent = match &seen {
+            Observed::Vacant => true,
+            Observed::Reserved { for_identity, .. } => for_identity == me,
+            _ => false,
+        };
+        self.learn(seen, sent, reporter);
+        if urgent && contend {
+            Next::Attempt
+        } else {
+            Next::Wait
+        }
+    }
+}
+
+/// The next lease a follower's heartbeat read, when a new one arrives (never, once nobody
+/// sends rosters).
+async fn roster_lease(rx: &mut watch::Receiver<Roster>) -> Option<(Observed, Instant)> {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    rx.borrow_and_update().lease.clone()
+}
+
+/// Takes in an announcement (`None`: a message without one, or the subscription was lost
+/// or made again: read the lease at once).
+fn heard<E: ElectionEvents>(
+    msg: Option<Announcement>,
+    sight: &mut Sight,
+    me: &str,
+    contend: bool,
+    t: &Timing,
+    reporter: &E,
+) -> Next {
+    let now = Instant::now();
+    match msg {
+        None => Next::Attempt,
+        Some(Announcement::Acquired { holder, .. }) if holder == me => Next::Wait,
+        Some(Announcement::Acquired {
+            holder,
+            fence,
+            address,
+        }) => {
+            let known = matches!(&sight.seen, Some(Observed::Held(h)) if h.fence >= fence);
+            if !known {
+                sight.learn(
+                    announced(holder, fence, address, t.lease_duration),
+                    now,
+                    reporter,
+                );
+            }
+            Next::Wait
+        }
+        Some(Announcement::Released { fence, .. }) if fence < sight.fence() => Next::Wait,
+        Some(Announcement::Released {
+            fence,
+            reserved_for: Some(successor),
+            ..
+        }) if successor != me || !contend => {
+            let reserved = Observed::Reserved {
+                for_identity: successor,
+                fence,
+                remaining: Some(handover_window(t)),
+            };
+            sight.learn(reserved, now, reporter);
+            Next::Wait
+        }
+        Some(Announcement::Released { .. }) if contend => Next::Attempt,
+        Some(Announcement::Released { .. }) => {
+            sight.learn(Observed::Vacant, now, reporter);
+            Next::Wait
+        }
+    }
+}
+
+/// How long a reserved release holds the lease for the successor: `min(retry_period, 1s)`.
+pub(crate) fn handover_window(t: &Timing) -> Duration {
+    t.retry_period.min(Duration::from_secs(1))
+}
+
+/// Whether this follower is the best successor of the leader it sees, as it last read the
+/// candidates (true when it knows no candidates: nobody is preferred then).
+fn is_best_successor(roster: &Roster, sight: &Sight, me: &str) -> bool {
+    let leader = sight
+        .seen
+        .as_ref()
+        .and_then(|s| s.holder())
+        .map(|h| h.holder.as_str());
+    roster
+        .best_successor(leader)
+        .is_none_or(|c| c.identity == me)
+}
+
+/// When a follower attempts next (contract, "Timing and safety" and "Priority"):
+/// - a live leader: at the observed expiry + 1 ms, `retry_period / 2` later when this
+///   follower is not the best successor; polling (the jittered retry, never inside that
+///   extra wait) only while the release subscription is not `quiet` (confirmed);
+/// - a reservation for someone else: at its expiry + 1 ms (the `acquired` announcement
+///   usually comes first); for us: at once;
+/// - a quarantine (which may be undone without an announcement): the poll or its expiry;
+/// - vacant, unknown, or no TTL: the poll.
+fn next_attempt(
+    sight: &Sight,
+    me: &str,
+    contend: bool,
+    quiet: bool,
+    best: bool,
+    t: &Timing,
+) -> Instant {
+    let one_ms = Duration::from_millis(1);
+    let (Some(seen), Some(expiry)) = (&sight.seen, sight.expiry()) else {
+        return sight.poll_at;
+    };
+    match seen {
+        Observed::Vacant => sight.poll_at,
+        Observed::Reserved { for_identity, .. } if for_identity == me && contend => sight.at,
+        Observed::Reserved { .. } => expiry + one_ms,
+        Observed::Quarantined { .. } => sight.poll_at.min(expiry + one_ms),
+        Observed::Held(_) => {
+            let extra = if best {
+                Duration::ZERO
+            } else {
+                t.retry_period / 2
+            };
+            let wake = expiry + one_ms + extra;
+            if !quiet && sight.poll_at < expiry {
+                sight.poll_at
+            } else {
+                wake
             }
         }
     }

@@ -43,7 +43,7 @@ pub use candidates::{Candidate, Heartbeat, Roster};
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
 pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Term};
-pub(crate) use wait::{backoff, jittered, wait_for_holder};
+pub(crate) use wait::{backoff, jittered};
 pub use watch::ReleaseWatch;
 
 /// Client for one lease on one Redis endpoint.

@@ -222,7 +222,8 @@ impl Lease for RedlockClient {
         if rosters.len() < self.quorum() {
             return Err(self.unavailable("heartbeat", rosters.len(), &errors));
         }
-        Ok(Roster::merge(rosters))
+        let lease = self.lease_of_rosters(&rosters);
+        Ok(Roster::merge(rosters, lease))
     }
     fn watch_releases(&self) -> ReleaseWatch {
         self.watch_all_releases()

@@ -294,6 +294,12 @@ fn a_full_queue_drops_the_oldest_waiting_and_counts_them() {
             "fence",
             &(i + 1).to_string(),
         ]);
+        // A new term is announced (a quiet follower does not poll a held lease).
+        let acquired = format!(
+            r#"{{"event":"acquired","holder":"{holder}","fence":{}}}"#,
+            i + 1
+        );
+        redis.cmd(&["PUBLISH", "leaderd:{hooks-queue}:released", &acquired]);
         wait_until(Duration::from_secs(5), Duration::from_millis(5), || {
             d.events_named("leader_changed")
                 .iter()

@@ -36,6 +36,10 @@ pub(crate) async fn run<L: Lease>(
     let started_at_ms = unix_ms(SystemTime::now());
     let mut healthy_since_ms: Option<u64> = None;
     let every = profile.lease_duration / 3;
+    // The first state is a moment away (the elector's first read): register with it rather
+    // than write `starting` and, a few ms later, the state again.
+    let first = state.wait_for(|s| s.phase != Phase::Starting);
+    let _ = tokio::time::timeout(every, first).await;
     loop {
         let (phase, healthy) = {
             let s = state.borrow_and_update();

@@ -12,7 +12,8 @@ use crate::lease::{LeaseError, Observed, Term};
 /// default, so an implementation picks what it needs. Calls are made from the elector's
 /// task and should return quickly.
 pub trait ElectionEvents: Send + Sync {
-    /// An attempt (acquire, observe, renew) has finished, successfully or not.
+    /// An attempt (acquire, observe, renew) has finished, successfully or not; or a quiet
+    /// follower checked in (every `retry_period` while it waits without asking Redis).
     fn attempted(&self) {}
     /// An acquire attempt ended with `result`.
     fn acquire_result(&self, _result: AcquireResult) {}

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::*;
-use crate::lease::{LeaseSpec, Observed, ReleaseWatch};
+use crate::lease::{Candidate, LeaseSpec, Observed, ReleaseWatch};
 use crate::state::{Phase, Snapshot};
 
 fn drift(lease: Duration) -> Duration {
@@ -84,12 +84,33 @@ struct FakeLease {
     releases: AtomicU64,
     released: watch::Sender<u64>,
     late_replies: AtomicU64, // grants to answer as if the reply came after their validity
+    attempts: AtomicU64,     // acquires and observes (what a follower costs Redis)
+    reserved: Mutex<Option<(String, Instant)>>, // a reservation: for whom, until when
+    /// When set: the release watch carries these announcements, confirmed by `confirmed`.
+    messages: Mutex<Option<watch::Receiver<Option<Announcement>>>>,
+    confirmed: Mutex<Option<watch::Receiver<bool>>>,
 }
 
 impl FakeLease {
     fn hold_by_other(&self, for_: Duration) {
         *self.held.lock().unwrap() = Some(("other".into(), 100, Instant::now() + for_));
         self.fence.store(100, Ordering::SeqCst);
+    }
+    /// A reservation for someone else, while it lasts.
+    fn reserved_for_other(&self) -> Option<Observed> {
+        let mut r = self.reserved.lock().unwrap();
+        match r.clone() {
+            Some((_, until)) if Instant::now() >= until => {
+                *r = None;
+                None
+            }
+            Some((who, until)) if who != "me" => Some(Observed::Reserved {
+                for_identity: who,
+                fence: self.fence.load(Ordering::SeqCst),
+                remaining: Some(until - Instant::now()),
+            }),
+            _ => None,
+        }
     }
     fn live(&self) -> Option<(String, u64, Instant)> {
         let mut held = self.held.lock().unwrap();
@@ -129,8 +150,12 @@ impl Lease for FakeLease {
         Duration::from_millis(200)
     }
     async fn try_acquire(&self, _: Duration) -> Result<Acquire, LeaseError> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
         self.check()?;
         let sent = Instant::now();
+        if let Some(reserved) = self.reserved_for_other() {
+            return Ok(Acquire::Denied(reserved));
+        }
         if let Some((token, fence, exp)) = self.live() {
             return Ok(Acquire::Denied(holder(token, fence, exp)));
         }
@@ -176,7 +201,11 @@ impl Lease for FakeLease {
         Ok(mine)
     }
     async fn observe(&self, _: Duration) -> Result<Observed, LeaseError> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
         self.check()?;
+        if let Some(reserved) = self.reserved_for_other() {
+            return Ok(reserved);
+        }
         Ok(self
             .live()
             .map_or(Observed::Vacant, |(h, fence, exp)| holder(h, fence, exp)))
@@ -190,7 +219,14 @@ impl Lease for FakeLease {
         Ok(crate::lease::Roster::default())
     }
     fn watch_releases(&self) -> ReleaseWatch {
-        ReleaseWatch::from_receiver(self.released.subscribe())
+        let watch = match self.messages.lock().unwrap().clone() {
+            Some(rx) => ReleaseWatch::from_announcements(rx),
+            None => ReleaseWatch::from_receiver(self.released.subscribe()),
+        };
+        match self.confirmed.lock().unwrap().clone() {
+            Some(rx) => watch.confirmed_by(rx),
+            None => watch,
+        }
     }
 }
 
@@ -200,6 +236,8 @@ struct Harness {
     state: watch::Receiver<Snapshot>,
     shutdown: CancellationToken,
     yields: mpsc::Sender<()>,
+    /// The candidates (and lease) as the heartbeat would read them.
+    roster: watch::Sender<Roster>,
     task: tokio::task::JoinHandle<i32>,
 }
 
@@ -234,11 +272,12 @@ fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) ->
     let shutdown = CancellationToken::new();
     let (ytx, yrx) = mpsc::channel(4);
     let (_htx, healthy) = watch::channel(true);
+    let (roster, candidates) = watch::channel(Roster::default());
     let inputs = Inputs {
         shutdown: shutdown.clone(),
         yields: yrx,
         healthy,
-        candidates: no_candidates(),
+        candidates,
     };
     let task = tokio::spawn(run(
         lease.clone(),
@@ -253,6 +292,7 @@ fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) ->
         state,
         shutdown,
         yields: ytx,
+        roster,
         task,
     }
 }
@@ -448,6 +488,271 @@ async fn a_grant_whose_reply_came_after_its_validity_is_released_not_a_term() {
         *h.log.lock().unwrap(),
         ["expired", "too_late", "acquired"],
         "counted, reported, then a real term"
+    );
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Quiet followers (issue 11): when a follower attempts, and what it costs.
+
+/// The FakeLease's `attempts` after `for_` of paused time.
+async fn attempts_after(lease: &FakeLease, for_: Duration) -> u64 {
+    tokio::time::sleep(for_).await;
+    lease.attempts.load(Ordering::SeqCst)
+}
+
+fn candidate(id: &str, priority: u32) -> Candidate {
+    Candidate {
+        identity: id.into(),
+        state: "follower".into(),
+        healthy: true,
+        priority,
+        address: None,
+        version: "v".into(),
+        started_at_ms: 1,
+        healthy_since_ms: None,
+        seen_at_ms: 1,
+    }
+}
+
+fn held_by_other(left: Duration) -> Observed {
+    holder("other".into(), 100, Instant::now() + left)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_follower_sends_nothing_while_a_live_leader_holds_the_lease() {
+    let lease = Arc::new(FakeLease::default());
+    lease.hold_by_other(LEASE * 10);
+    let h = start(lease.clone(), AfterLoss::Contend);
+    let polls = attempts_after(&lease, LEASE * 5).await;
+    assert_eq!(
+        polls, 1,
+        "one read at the start, then nothing until the expiry"
+    );
+    assert_eq!(h.state.borrow().leader.as_deref(), Some("other"));
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unconfirmed_subscription_polls_every_jittered_retry() {
+    let lease = Arc::new(FakeLease::default());
+    let (confirmed, rx) = watch::channel(false);
+    *lease.confirmed.lock().unwrap() = Some(rx);
+    lease.hold_by_other(LEASE * 10);
+    let h = start(lease.clone(), AfterLoss::Contend);
+    // retry 300 ms, jitter 0.2: a poll every 300-360 ms.
+    let polls = attempts_after(&lease, Duration::from_millis(3000)).await;
+    assert!((9..=11).contains(&polls), "{polls} polls in 3 s");
+    confirmed.send_replace(true);
+    let quiet = attempts_after(&lease, LEASE * 3).await;
+    assert!(
+        quiet <= polls + 1,
+        "quiet once confirmed: {polls} -> {quiet}"
+    );
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_read_pushes_the_expiry_read_forward() {
+    let lease = Arc::new(FakeLease::default());
+    lease.hold_by_other(Duration::from_millis(1000));
+    let started = Instant::now();
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The leader renewed: its lease now ends at 2500 ms; the heartbeat read says so.
+    lease.hold_by_other(Duration::from_millis(2000));
+    h.roster.send_modify(|r| {
+        r.lease = Some((held_by_other(Duration::from_millis(2000)), Instant::now()))
+    });
+    wait_phase(&mut h.state, Phase::Leader).await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_millis(2510),
+        "took {took:?}"
+    );
+    assert_eq!(
+        lease.attempts.load(Ordering::SeqCst),
+        2,
+        "the start and the expiry: no read at the first expiry"
+    );
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_read_of_a_vacant_lease_contends_at_once() {
+    let lease = Arc::new(FakeLease::default());
+    lease.hold_by_other(LEASE * 10);
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    *lease.held.lock().unwrap() = None;
+    let read_at = Instant::now();
+    h.roster
+        .send_modify(|r| r.lease = Some((Observed::Vacant, Instant::now())));
+    wait_phase(&mut h.state, Phase::Leader).await;
+    assert!(read_at.elapsed() < Duration::from_millis(5));
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+/// How long after its start a follower with `priority` wins a lease that expires in 450 ms,
+/// among the candidates "best" (10) and "other" (the holder, 20).
+async fn won_after_expiry_with_priority(priority: u32) -> Duration {
+    let lease = Arc::new(FakeLease::default());
+    lease.hold_by_other(Duration::from_millis(450));
+    let started = Instant::now();
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    h.roster.send_modify(|r| {
+        r.candidates = vec![
+            candidate("best", 10),
+            candidate("me", priority),
+            candidate("other", 20),
+        ];
+    });
+    wait_phase(&mut h.state, Phase::Leader).await;
+    let took = started.elapsed();
+    h.shutdown.cancel();
+    bounded(h.task).await;
+    took
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_that_is_not_the_best_successor_waits_half_a_retry_longer() {
+    let took = won_after_expiry_with_priority(0).await;
+    // 450 ms to the expiry, then retry_period / 2 = 150 ms.
+    assert!(
+        took >= Duration::from_millis(600) && took < Duration::from_millis(610),
+        "took {took:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_best_successor_contends_at_the_expiry() {
+    let took = won_after_expiry_with_priority(30).await;
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_millis(460),
+        "took {took:?}"
+    );
+}
+
+fn with_announcements(lease: &FakeLease) -> watch::Sender<Option<Announcement>> {
+    let (tx, rx) = watch::channel(None);
+    *lease.messages.lock().unwrap() = Some(rx);
+    tx
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_reserved_for_another_waits_for_its_acquired() {
+    let lease = Arc::new(FakeLease::default());
+    let tx = with_announcements(&lease);
+    lease.hold_by_other(LEASE * 10);
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = lease.attempts.load(Ordering::SeqCst);
+    *lease.held.lock().unwrap() = None;
+    *lease.reserved.lock().unwrap() = Some(("pod-b".into(), Instant::now() + LEASE));
+    tx.send_replace(Some(Announcement::Released {
+        holder: "other".into(),
+        fence: 100,
+        reserved_for: Some("pod-b".into()),
+    }));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        lease.attempts.load(Ordering::SeqCst),
+        before,
+        "no contention"
+    );
+    assert_eq!(
+        h.state.borrow().leader,
+        None,
+        "nobody leads during the window"
+    );
+    // The successor's term began.
+    *lease.reserved.lock().unwrap() = None;
+    *lease.held.lock().unwrap() = Some(("pod-b".into(), 101, Instant::now() + LEASE));
+    tx.send_replace(Some(Announcement::Acquired {
+        holder: "pod-b".into(),
+        fence: 101,
+        address: None,
+    }));
+    let named = h.state.wait_for(|s| s.leader.as_deref() == Some("pod-b"));
+    tokio::time::timeout(Duration::from_millis(1), named)
+        .await
+        .expect("the new leader is shown at once")
+        .unwrap();
+    let polls = attempts_after(&lease, LEASE / 2).await;
+    assert_eq!(polls, before, "the announcement was the read");
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_reserved_for_another_is_contended_after_its_window() {
+    let lease = Arc::new(FakeLease::default());
+    let tx = with_announcements(&lease);
+    lease.hold_by_other(LEASE * 10);
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let window = Duration::from_millis(300); // min(retry_period, 1s)
+    *lease.held.lock().unwrap() = None;
+    *lease.reserved.lock().unwrap() = Some(("pod-b".into(), Instant::now() + window));
+    let released = Instant::now();
+    tx.send_replace(Some(Announcement::Released {
+        holder: "other".into(),
+        fence: 100,
+        reserved_for: Some("pod-b".into()),
+    }));
+    // pod-b never comes: the window passes and anyone may acquire.
+    wait_phase(&mut h.state, Phase::Leader).await;
+    let took = released.elapsed();
+    assert!(
+        took >= window && took < window + Duration::from_millis(5),
+        "took {took:?}"
+    );
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_named_successor_contends_at_once() {
+    let lease = Arc::new(FakeLease::default());
+    let tx = with_announcements(&lease);
+    lease.hold_by_other(LEASE * 10);
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    *lease.held.lock().unwrap() = None;
+    *lease.reserved.lock().unwrap() = Some(("me".into(), Instant::now() + LEASE));
+    let released = Instant::now();
+    tx.send_replace(Some(Announcement::Released {
+        holder: "other".into(),
+        fence: 100,
+        reserved_for: Some("me".into()),
+    }));
+    wait_phase(&mut h.state, Phase::Leader).await;
+    assert!(released.elapsed() < Duration::from_millis(2));
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reservation_read_for_another_is_waited_out() {
+    let lease = Arc::new(FakeLease::default());
+    *lease.reserved.lock().unwrap() = Some(("pod-b".into(), Instant::now() + LEASE));
+    let started = Instant::now();
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    wait_phase(&mut h.state, Phase::Leader).await;
+    let took = started.elapsed();
+    assert!(
+        took >= LEASE && took < LEASE + Duration::from_millis(5),
+        "took {took:?}"
+    );
+    assert_eq!(
+        lease.attempts.load(Ordering::SeqCst),
+        2,
+        "no poll inside it"
     );
     h.shutdown.cancel();
     bounded(h.task).await;

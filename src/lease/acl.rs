@@ -66,6 +66,9 @@ impl LeaseScript {
                 c(&["HDEL", &keys.candidates, "x"]),
                 c(&["HGETALL", &keys.candidates]),
                 c(&["PEXPIRE", &keys.candidates, "1"]),
+                c(&["PTTL", lock]),
+                c(&["HMGET", lock, "holder"]),
+                c(&["HSTRLEN", lock, "holder"]),
             ],
             LeaseScript::Announce => vec![
                 c(&["HGET", lock, "token"]),

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use futures::TryFutureExt;
+use tokio::time::Instant;
 
-use super::{LeaseClient, LeaseError};
+use super::{LeaseClient, LeaseError, Observed};
 use crate::lease::acl::LeaseScript;
 
 /// One registered candidate, as its last heartbeat wrote it.
@@ -32,13 +33,18 @@ pub struct Candidate {
     pub seen_at_ms: u64,
 }
 
-/// The live candidates, with the Redis server time they were read at.
+/// The live candidates, with the Redis server time they were read at, and the lease as the
+/// same read saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Roster {
     /// Redis server time of the read (ms).
     pub now_ms: u64,
     /// The candidates not older than a lease duration, in no particular order.
     pub candidates: Vec<Candidate>,
+    /// The lease as the heartbeat read it (on Redlock, as a majority sees it), with when the
+    /// heartbeat was sent: its `remaining` counts from then, so a follower that takes it as
+    /// a read of the lease never thinks it expires later than it does. `None` when unknown.
+    pub lease: Option<(Observed, Instant)>,
 }
 
 /// What a heartbeat does with this replica's entry.
@@ -85,9 +91,13 @@ impl Candidate {
 }
 
 impl Roster {
-    /// Merges rosters read from several nodes (Redlock): per identity the freshest entry.
-    pub(crate) fn merge(rosters: Vec<Roster>) -> Roster {
-        let mut out = Roster::default();
+    /// Merges rosters read from several nodes (Redlock): per identity the freshest entry;
+    /// the lease is `lease`, summarized by the caller over the nodes.
+    pub(crate) fn merge(rosters: Vec<Roster>, lease: Option<(Observed, Instant)>) -> Roster {
+        let mut out = Roster {
+            lease,
+            ..Roster::default()
+        };
         for r in rosters {
             out.now_ms = out.now_ms.max(r.now_ms);
             for c in r.candidates {
@@ -129,9 +139,11 @@ impl LeaseClient {
         };
         let mut call = self.candidate.prepare_invoke();
         call.key(&self.keys.candidates)
+            .key(&self.keys.lock)
             .arg(identity)
             .arg(entry)
             .arg(self.ttl_ms());
+        let sent = Instant::now();
         let reply: Vec<redis::Value> = self
             .endpoint
             .call(Some(budget), |mut c| async move {
@@ -139,24 +151,63 @@ impl LeaseClient {
             })
             .or_else(|f| self.fail(f, LeaseScript::Candidate))
             .await?;
-        Ok(parse_roster(reply))
+        Ok(parse_roster(reply, sent))
     }
 }
 
-fn parse_roster(reply: Vec<redis::Value>) -> Roster {
+fn parse_roster(reply: Vec<redis::Value>, sent: Instant) -> Roster {
     let text = |v: &redis::Value| -> Option<String> { redis::from_redis_value(v.clone()).ok() };
+    let int =
+        |v: Option<&redis::Value>| v.and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok());
     let mut it = reply.iter();
-    let now_ms = it
-        .next()
-        .and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok())
-        .unwrap_or(0) as u64;
+    let now_ms = int(it.next()).unwrap_or(0) as u64;
+    let pttl = int(it.next());
+    let fields: Vec<String> = it
+        .by_ref()
+        .take(5)
+        .map(|v| text(v).unwrap_or_default())
+        .collect();
+    let lease = match (pttl, fields.as_slice()) {
+        (Some(pttl), [holder, fence, reserved_for, confirmed, address]) if pttl >= -2 => Some((
+            lease_of(pttl, holder, fence, reserved_for, confirmed, address),
+            sent,
+        )),
+        _ => None,
+    };
     let mut candidates = Vec::new();
     while let (Some(id), Some(entry)) = (it.next(), it.next()) {
         if let (Some(id), Some(entry)) = (text(id), text(entry)) {
             candidates.extend(Candidate::from_json(id, &entry));
         }
     }
-    Roster { now_ms, candidates }
+    Roster {
+        now_ms,
+        candidates,
+        lease,
+    }
+}
+
+/// The lease as `lua/candidate.lua` returns it, read as [`LeaseClient`]'s observe reads it:
+/// an unconfirmed term (WAIT, Redlock) names nobody yet.
+fn lease_of(
+    pttl: i64,
+    holder: &str,
+    fence: &str,
+    reserved_for: &str,
+    confirmed: &str,
+    address: &str,
+) -> Observed {
+    if pttl == -2 {
+        return Observed::Vacant;
+    }
+    let holder = if confirmed == "0" { "" } else { holder };
+    Observed::from_fields(
+        holder.to_string(),
+        fence.parse().unwrap_or(0),
+        address.to_string(),
+        reserved_for.to_string(),
+        pttl,
+    )
 }
 
 #[cfg(test)]
@@ -182,6 +233,7 @@ mod tests {
         let r = Roster {
             now_ms: 0,
             candidates: vec![c("c", true, 5, 1), c("b", true, 5, 1), c("a", false, 9, 1)],
+            lease: None,
         };
         assert_eq!(r.best_successor(None).unwrap().identity, "b");
         assert_eq!(r.best_successor(Some("b")).unwrap().identity, "c");
@@ -194,16 +246,55 @@ mod tests {
     }
 
     #[test]
+    fn the_heartbeat_reply_carries_the_lease() {
+        use redis::Value;
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = |pttl: i64, holder: &str, confirmed: &str| {
+            vec![
+                Value::Int(1000),
+                Value::Int(pttl),
+                b(holder),
+                b("1764600000000018"),
+                b(""),
+                b(confirmed),
+                b("10.0.0.2:8080"),
+                b("pod-b"),
+                b(r#"{"healthy":true,"priority":3,"seen_at_ms":990}"#),
+            ]
+        };
+        let sent = Instant::now();
+        let r = parse_roster(reply(14000, "pod-a", "1"), sent);
+        assert_eq!(r.candidates.len(), 1);
+        let (seen, at) = r.lease.unwrap();
+        assert_eq!(at, sent);
+        let h = seen.holder().unwrap();
+        assert_eq!((h.holder.as_str(), h.fence), ("pod-a", 1764600000000018));
+        assert_eq!(h.remaining, Some(Duration::from_millis(14000)));
+        assert_eq!(h.address.as_deref(), Some("10.0.0.2:8080"));
+        // An unconfirmed term names nobody; no lease is vacant; -3 is unknown.
+        let unconfirmed = parse_roster(reply(14000, "pod-a", "0"), sent)
+            .lease
+            .unwrap()
+            .0;
+        assert!(matches!(unconfirmed, Observed::Quarantined { .. }));
+        let vacant = parse_roster(reply(-2, "", ""), sent).lease.unwrap().0;
+        assert_eq!(vacant, Observed::Vacant);
+        assert_eq!(parse_roster(reply(-3, "", ""), sent).lease, None);
+    }
+
+    #[test]
     fn merge_keeps_the_freshest_entry() {
         let a = Roster {
             now_ms: 5,
             candidates: vec![c("a", true, 1, 2)],
+            lease: None,
         };
         let b = Roster {
             now_ms: 7,
             candidates: vec![c("a", false, 1, 4), c("b", true, 1, 1)],
+            lease: None,
         };
-        let m = Roster::merge(vec![a, b]);
+        let m = Roster::merge(vec![a, b], None);
         assert_eq!(m.now_ms, 7);
         assert_eq!(m.candidates.len(), 2);
         assert!(

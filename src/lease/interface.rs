@@ -81,8 +81,10 @@ pub trait Lease: Send + Sync + 'static {
         budget: Duration,
     ) -> impl Future<Output = Result<Roster, LeaseError>> + Send;
 
-    /// A watch that changes whenever a release of the lease is published (and at every
-    /// resubscription, since a release may have been missed meanwhile).
+    /// A watch that changes whenever a release of the lease is published (and at every loss
+    /// of the subscription and resubscription, since a release may have been missed
+    /// meanwhile). Its subscription is PINGed every [`LeaseSpec::release_check`];
+    /// [`ReleaseWatch::is_confirmed`] says whether it can be relied on.
     fn watch_releases(&self) -> ReleaseWatch;
 
     /// Waits until the lease is ours or `deadline` passes. Between attempts it sleeps until

@@ -26,10 +26,14 @@ pub struct LeaseSpec {
     /// The address this holder advertises to the others while it holds the lease (stored
     /// as the lease's `address` field), e.g. for a proxy to reach the leader.
     pub address: Option<String>,
+    /// How often the release subscription is checked with a PING (the daemon's
+    /// `retry_period`): a follower relies on the subscription only while it answers.
+    pub release_check: Duration,
 }
 
 impl LeaseSpec {
-    /// A spec with the default prefix and timeouts (500ms per command, 1s to connect).
+    /// A spec with the default prefix and timeouts (500ms per command, 1s to connect), the
+    /// release subscription checked every `lease_duration * 2 / 15` (2 s for 15 s).
     pub fn new(name: &str, holder: &str, lease_duration: Duration) -> Self {
         LeaseSpec {
             name: name.to_owned(),
@@ -39,6 +43,7 @@ impl LeaseSpec {
             command_timeout: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(1),
             address: None,
+            release_check: lease_duration * 2 / 15,
         }
     }
 

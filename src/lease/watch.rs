@@ -1,22 +1,34 @@
 //! The release channel: a subscription that wakes waiting candidates at every release and
-//! hands them the announcement it carried.
+//! hands them the announcement it carried, and says whether it can be relied on.
 
 use tokio::sync::watch;
 
 use super::{Announcement, LeaseClient};
+use crate::release_watch::Listen;
 
 impl LeaseClient {
     /// Subscribes to the release channel (see [`super::Lease::watch_releases`]).
     pub(super) fn subscribe_releases(&self) -> ReleaseWatch {
         let (tx, rx) = watch::channel(None);
+        let (confirmed_tx, confirmed) = watch::channel(false);
         let connector = self.endpoint.connector().clone();
-        let channel = self.keys.released.clone();
-        let timeout = self.endpoint.connect_timeout();
+        let how = Listen {
+            channel: self.keys.released.clone(),
+            connect_timeout: self.endpoint.connect_timeout(),
+            ping_every: self.spec.release_check,
+            // Generous: a false alarm costs two reads; a dead subscription is still noticed
+            // within two checks.
+            ping_timeout: self.spec.release_check.max(self.spec.command_timeout),
+        };
         let task = tokio::spawn(crate::release_watch::listen_with(
-            connector, channel, timeout, tx,
+            connector,
+            how,
+            tx,
+            confirmed_tx,
         ));
         ReleaseWatch {
             rx: Rx::Messages(rx),
+            confirmed: Confirmed::Flags(vec![confirmed]),
             task: Some(task),
         }
     }
@@ -25,6 +37,7 @@ impl LeaseClient {
 /// Subscription to a lease's release channel, kept up in the background.
 pub struct ReleaseWatch {
     rx: Rx,
+    confirmed: Confirmed,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -33,23 +46,83 @@ enum Rx {
     Messages(watch::Receiver<Option<Announcement>>),
 }
 
+/// Whether every release would be heard: always (an in-process source), or while each of
+/// these subscriptions is confirmed (one per Redis; all of a Redlock's nodes).
+#[derive(Clone)]
+enum Confirmed {
+    Always,
+    Flags(Vec<watch::Receiver<bool>>),
+}
+
 impl ReleaseWatch {
     /// A watch fed by some other source of release notifications (tests, other backends),
-    /// without announcements.
+    /// without announcements; always confirmed.
     pub fn from_receiver(rx: watch::Receiver<u64>) -> Self {
         ReleaseWatch {
             rx: Rx::Counter(rx),
+            confirmed: Confirmed::Always,
             task: None,
         }
     }
 
     /// A watch fed by some other source of announcements: every value sent is one change,
-    /// `None` a wake-up without a message (a resubscription).
+    /// `None` a wake-up without a message (a resubscription). Always confirmed.
     pub fn from_announcements(rx: watch::Receiver<Option<Announcement>>) -> Self {
         ReleaseWatch {
             rx: Rx::Messages(rx),
+            confirmed: Confirmed::Always,
             task: None,
         }
+    }
+
+    /// The same watch, confirmed only while `confirmed` is true: for a source that can miss
+    /// releases (a subscription that is down). Its changes should also wake
+    /// [`Self::changed`] (send `None` on the source when it changes).
+    pub fn confirmed_by(mut self, confirmed: watch::Receiver<bool>) -> Self {
+        self.confirmed = Confirmed::Flags(vec![confirmed]);
+        self
+    }
+
+    /// The same watch, confirmed only while all of `others` are too (Redlock: one
+    /// subscription per node).
+    pub(crate) fn confirmed_with_all(mut self, others: &[ReleaseWatch]) -> Self {
+        let mut flags = Vec::new();
+        for w in others {
+            match &w.confirmed {
+                Confirmed::Always => {}
+                Confirmed::Flags(f) => flags.extend(f.iter().cloned()),
+            }
+        }
+        self.confirmed = Confirmed::Flags(flags);
+        self
+    }
+
+    /// True while every release published would reach this watch: the subscription is
+    /// acknowledged and answered its last PING in time. A follower that cannot rely on it
+    /// polls the lease instead (contract, "Timing and safety").
+    pub fn is_confirmed(&self) -> bool {
+        match &self.confirmed {
+            Confirmed::Always => true,
+            Confirmed::Flags(flags) => flags.iter().all(|f| *f.borrow()),
+        }
+    }
+
+    /// Waits (at most `limit`) until [`Self::is_confirmed`]; returns whether it is. A watch
+    /// made at once is usually confirmed a round trip later: a follower that waits for it
+    /// before its first read needs no second read for the subscription.
+    pub async fn confirmed_within(&self, limit: std::time::Duration) -> bool {
+        let Confirmed::Flags(flags) = &self.confirmed else {
+            return true;
+        };
+        let all = async {
+            for f in flags {
+                if f.clone().wait_for(|c| *c).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::time::timeout(limit, all).await.unwrap_or(false)
     }
 
     /// Forgets the messages received so far: the next [`Self::changed`] waits for a new one.
@@ -60,8 +133,9 @@ impl ReleaseWatch {
         }
     }
 
-    /// Resolves at the next message published (or resubscription), with the announcement
-    /// when the message was one. Never resolves if the listener has stopped.
+    /// Resolves at the next message published (or loss of the subscription, or
+    /// resubscription), with the announcement when the message was one. Never resolves if
+    /// the listener has stopped.
     pub async fn changed(&mut self) -> Option<Announcement> {
         let ok = match &mut self.rx {
             Rx::Counter(rx) => rx.changed().await.is_ok(),

@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::{Node, RedlockClient};
-use crate::lease::{Lease, LeaseError, Observed};
+use crate::lease::{Lease, LeaseError, Observed, Roster};
 
 impl RedlockClient {
     /// What holds the lease, as a majority sees it ([`Lease::observe`]): vacant when a
@@ -37,5 +39,27 @@ impl RedlockClient {
 
     async fn observe_node(&self, node: &Node, t: Duration) -> Result<Observed, LeaseError> {
         node.lease.observe(t).await
+    }
+
+    /// The lease as the nodes' heartbeats read it, summarized like [`Self::observe_round`]
+    /// (the caller made sure a majority answered); `None` when a node did not report it.
+    pub(super) fn lease_of_rosters(&self, rosters: &[Roster]) -> Option<(Observed, Instant)> {
+        let mut free = 0;
+        let mut held = Vec::new();
+        let mut sent: Option<Instant> = None;
+        for r in rosters {
+            let (seen, at) = r.lease.clone()?;
+            sent = Some(sent.map_or(at, |s| s.min(at)));
+            match seen {
+                Observed::Vacant => free += 1,
+                other => held.push(other),
+            }
+        }
+        let seen = if free >= self.quorum() {
+            Observed::Vacant
+        } else {
+            self.summarize(&held, free)
+        };
+        Some((seen, sent?))
     }
 }

@@ -50,6 +50,9 @@ impl RedlockClient {
             .iter()
             .map(|n| n.lease.watch_releases())
             .collect();
+        // Quiet only while every node's subscription is confirmed: a release published on a
+        // node whose subscription is down would be missed.
+        let all = ReleaseWatch::from_announcements(rx).confirmed_with_all(&watches);
         tokio::spawn(async move {
             loop {
                 let any =
@@ -62,6 +65,6 @@ impl RedlockClient {
                 }
             }
         });
-        ReleaseWatch::from_announcements(rx)
+        all
     }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod daemon;
+pub mod monitor;
 pub mod proxy;
 pub mod redis;
 pub mod safety;

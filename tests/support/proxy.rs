@@ -1,4 +1,5 @@
-//! Owns `Proxy`: a fault-injecting TCP proxy on 127.0.0.1 (latency, cut, blackhole) on its own std threads.
+//! Owns `Proxy`: a fault-injecting TCP proxy on 127.0.0.1 (latency, cut, blackhole of all or
+//! of some connections) on its own std threads.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -30,6 +31,8 @@ struct Shared {
     blackhole: Mutex<bool>,
     blackhole_cv: Condvar,
     cut: AtomicBool,
+    /// Connections whose client sent this (ASCII, any case) are blackholed.
+    hole_pattern: Mutex<Option<Vec<u8>>>,
     stopped: AtomicBool,
     next_id: AtomicU64,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
@@ -39,6 +42,19 @@ struct Conn {
     client: TcpStream,
     upstream: TcpStream,
     closed: AtomicBool,
+    /// The first bytes the client sent (to match `hole_pattern` against).
+    sent: Mutex<Vec<u8>>,
+    holed: AtomicBool,
+}
+
+/// How much of what a client sends is kept to match a blackhole pattern against.
+const SENT_KEPT: usize = 4096;
+
+fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty()
+        && hay
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 impl Conn {
@@ -50,6 +66,20 @@ impl Conn {
 
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Keeps the start of what the client sent; blackholes the connection once it matches.
+    fn note_sent(&self, data: &[u8], shared: &Shared) {
+        let mut sent = self.sent.lock().unwrap();
+        if sent.len() < SENT_KEPT {
+            let take = data.len().min(SENT_KEPT - sent.len());
+            sent.extend_from_slice(&data[..take]);
+        }
+        if let Some(p) = shared.hole_pattern.lock().unwrap().as_deref() {
+            if contains_ignore_case(&sent, p) {
+                self.holed.store(true, Ordering::SeqCst);
+            }
+        }
     }
 }
 
@@ -83,6 +113,7 @@ impl Proxy {
             blackhole: Mutex::new(false),
             blackhole_cv: Condvar::new(),
             cut: AtomicBool::new(false),
+            hole_pattern: Mutex::new(None),
             stopped: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
@@ -158,6 +189,30 @@ impl Proxy {
     pub fn blackhole(&self, on: bool) {
         *self.shared.blackhole.lock().unwrap() = on;
         self.shared.blackhole_cv.notify_all();
+    }
+
+    /// Blackholes (as [`Proxy::blackhole`]) only the connections whose client has sent
+    /// `pattern` (ASCII, any case; e.g. `SUBSCRIBE`: a subscriber connection), those open and
+    /// those to come, until called with `None`. The others are untouched.
+    pub fn blackhole_sending(&self, pattern: Option<&str>) {
+        let pattern = pattern.map(|p| p.as_bytes().to_vec());
+        *self.shared.hole_pattern.lock().unwrap() = pattern.clone();
+        for c in self.shared.conns.lock().unwrap().values() {
+            let hit = pattern
+                .as_deref()
+                .is_some_and(|p| contains_ignore_case(&c.sent.lock().unwrap(), p));
+            c.holed.store(hit, Ordering::SeqCst);
+        }
+        self.shared.blackhole_cv.notify_all();
+    }
+
+    /// Number of open connections blackholed by [`Proxy::blackhole_sending`].
+    pub fn holed_connections(&self) -> usize {
+        let conns = self.shared.conns.lock().unwrap();
+        conns
+            .values()
+            .filter(|c| c.holed.load(Ordering::SeqCst))
+            .count()
     }
 
     /// Number of currently open proxied connections.
@@ -251,6 +306,8 @@ fn open_conn(client: TcpStream, shared: Arc<Shared>) {
         client,
         upstream,
         closed: AtomicBool::new(false),
+        sent: Mutex::new(Vec::new()),
+        holed: AtomicBool::new(false),
     });
     let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
     {
@@ -275,6 +332,7 @@ fn open_conn(client: TcpStream, shared: Arc<Shared>) {
 /// thread delivers chunks in order once that time has come and no blackhole is on.
 fn pump(mut src: TcpStream, mut dst: TcpStream, guard: Arc<ConnGuard>, dir: &str) {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let upstream_bound = dir == "up";
     let g = guard.clone();
     let _ = src.set_read_timeout(Some(READ_TICK));
     let reader = thread::Builder::new()
@@ -286,8 +344,17 @@ fn pump(mut src: TcpStream, mut dst: TcpStream, guard: Arc<ConnGuard>, dir: &str
                     break;
                 }
                 match src.read(&mut buf) {
-                    Ok(0) => break,
+                    Ok(0) => {
+                        // A blackholed connection's client gave up: tear it down.
+                        if g.conn.holed.load(Ordering::SeqCst) {
+                            g.conn.close();
+                        }
+                        break;
+                    }
                     Ok(n) => {
+                        if upstream_bound {
+                            g.conn.note_sent(&buf[..n], &g.shared);
+                        }
                         let at = Instant::now() + *g.shared.latency.lock().unwrap();
                         if tx.send((at, buf[..n].to_vec())).is_err() {
                             break;
@@ -316,7 +383,10 @@ fn pump(mut src: TcpStream, mut dst: TcpStream, guard: Arc<ConnGuard>, dir: &str
                     thread::sleep(at - now);
                 }
                 let mut hole = g.shared.blackhole.lock().unwrap();
-                while *hole && !g.conn.is_closed() && !g.shared.stopped.load(Ordering::SeqCst) {
+                while (*hole || g.conn.holed.load(Ordering::SeqCst))
+                    && !g.conn.is_closed()
+                    && !g.shared.stopped.load(Ordering::SeqCst)
+                {
                     hole = g
                         .shared
                         .blackhole_cv

@@ -1,0 +1,380 @@
+//! Quiet followers (issue 11, contract "Timing and safety" and "Priority") against real
+//! redis-server and leaderd processes: what a follower costs Redis under a live leader
+//! (counted per follower with MONITOR, each follower its own ACL user), a follower whose
+//! subscription silently dies (the test proxy blackholes only its subscriber connection),
+//! the best successor winning after a crash, and a reserved release contended only by its
+//! successor.
+//!
+//! Timings are the defaults (15 s / 10 s / 2 s, heartbeat every lease / 3) scaled by 1/5.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use support::monitor::{clients, Monitor, Seen};
+use support::safety::{event_name, field_u64};
+use support::{wait_until, Daemon, DaemonOpts, Proxy, RedisServer};
+
+const LEASE: Duration = Duration::from_secs(3);
+const RETRY: Duration = Duration::from_millis(400);
+const BOUND: Duration = Duration::from_secs(20);
+const STEP: Duration = Duration::from_millis(25);
+const PASSWORD: &str = "quiet-pw";
+
+fn opts(name: &str, identity: &str, url: &str, extra: &str) -> DaemonOpts {
+    let mut o = DaemonOpts::new(name, identity, url);
+    o.lease = "3s".into();
+    o.renew_deadline = "2s".into();
+    o.retry = "400ms".into();
+    o.command_timeout = "200ms".into();
+    o.extra_yaml = extra.to_string();
+    o
+}
+
+/// Options for a replica that logs in as its own ACL user (named as its identity), so that
+/// MONITOR's clients can be told apart with `CLIENT LIST`.
+fn user_opts(redis: &RedisServer, name: &str, identity: &str, priority: u32) -> DaemonOpts {
+    let acl = [
+        "ACL",
+        "SETUSER",
+        identity,
+        "on",
+        &format!(">{PASSWORD}"),
+        "~*",
+        "&*",
+        "+@all",
+    ];
+    assert_eq!(redis.cmd(&acl), "OK");
+    let mut o = opts(
+        name,
+        identity,
+        &redis.url(),
+        &format!("redis:\n  username: {identity}\nelection:\n  priority: {priority}\n"),
+    );
+    o.env = vec![("LEADERD_REDIS_PASSWORD".into(), PASSWORD.into())];
+    o
+}
+
+fn seed_fence(redis: &RedisServer, name: &str) {
+    assert_eq!(
+        redis.cmd(&["SET", &format!("leaderd:{{{name}}}:fence"), "1000"]),
+        "OK"
+    );
+}
+
+fn doc_of(d: &Daemon) -> Option<Value> {
+    d.status_doc()
+}
+
+/// Waits until `d` is a follower that names `leader`.
+fn wait_follower_of(d: &Daemon, leader: &str) {
+    let ok = wait_until(BOUND, STEP, || {
+        doc_of(d).filter(|doc| doc["state"] == "follower" && doc["leader"] == leader)
+    });
+    assert!(ok.is_some(), "{} never followed {leader}", d.identity());
+}
+
+/// The identity of whichever of `daemons` leads, within the bound.
+fn wait_leader(daemons: &[&Daemon], not: Option<&str>) -> String {
+    wait_until(BOUND, STEP, || {
+        daemons
+            .iter()
+            .filter(|d| Some(d.identity()) != not)
+            .find(|d| doc_of(d).is_some_and(|doc| doc["is_leader"] == true))
+            .map(|d| d.identity().to_string())
+    })
+    .expect("a leader within the bound")
+}
+
+/// The client addresses of each ACL user: (command connections, subscriber connections).
+fn connections_by_user(redis: &RedisServer) -> HashMap<String, (HashSet<String>, HashSet<String>)> {
+    let mut out: HashMap<String, (HashSet<String>, HashSet<String>)> = HashMap::new();
+    for c in clients(&redis.cmd(&["CLIENT", "LIST"])) {
+        let (Some(user), Some(addr)) = (c.get("user"), c.get("addr")) else {
+            continue;
+        };
+        let subscriber = c.get("sub").is_some_and(|n| n != "0");
+        let entry = out.entry(user.clone()).or_default();
+        if subscriber {
+            entry.1.insert(addr.clone());
+        } else {
+            entry.0.insert(addr.clone());
+        }
+    }
+    out
+}
+
+fn commands_from<'a>(seen: &'a [Seen], addrs: &'a HashSet<String>) -> Vec<&'a Seen> {
+    seen.iter().filter(|s| addrs.contains(&s.addr)).collect()
+}
+
+/// (a) At the defaults' ratios, a follower under a live leader sends Redis at most 4
+/// commands or script calls per lease_duration (its 3 heartbeats), PINGs on its subscriber
+/// connection not counted.
+#[test]
+fn a_follower_under_a_live_leader_costs_at_most_four_requests_per_lease() {
+    let redis = RedisServer::start();
+    let name = "quiet-budget";
+    seed_fence(&redis, name);
+    let leader = Daemon::spawn(&user_opts(&redis, name, "qa-lead", 0));
+    wait_leader(&[&leader], None);
+    let from_start = Monitor::start(redis.addr());
+    let followers: Vec<Daemon> = ["qb-one", "qc-two"]
+        .iter()
+        .map(|id| Daemon::spawn(&user_opts(&redis, name, id, 0)))
+        .collect();
+    for f in &followers {
+        wait_follower_of(f, "qa-lead");
+    }
+    std::thread::sleep(Duration::from_millis(1500)); // the start's reads are done
+    let before = connections_by_user(&redis);
+    let monitor = Monitor::start(redis.addr());
+    let window = LEASE * 2;
+    std::thread::sleep(window);
+    let seen = monitor.seen();
+    drop(monitor);
+    let everything = from_start.seen();
+    drop(from_start);
+    let after = connections_by_user(&redis);
+    for f in &followers {
+        let id = f.identity();
+        let (cmds, subs) = after.get(id).cloned().unwrap_or_default();
+        assert_eq!(
+            before.get(id).map(|c| &c.0),
+            Some(&cmds),
+            "{id} reconnected"
+        );
+        assert_eq!(subs.len(), 1, "{id} has one subscriber connection");
+        let sent = commands_from(&seen, &cmds);
+        let first = sent.first().map_or(f64::MAX, |s| s.ts);
+        let startup: Vec<String> = commands_from(&everything, &cmds)
+            .iter()
+            .filter(|s| s.ts < first)
+            .map(|s| s.cmd())
+            .collect();
+        eprintln!("{id}: at the start: {startup:?}");
+        // From its first command on, over 2 lease durations: the same budget plus the read
+        // at the start (connecting's AUTH and INFO aside).
+        let all = commands_from(&everything, &cmds);
+        let t0 = all.first().map_or(0.0, |s| s.ts);
+        let early: Vec<String> = all
+            .iter()
+            .filter(|s| s.ts < t0 + window.as_secs_f64())
+            .map(|s| s.cmd())
+            .filter(|c| !["AUTH", "INFO", "HELLO", "CLIENT"].contains(&c.as_str()))
+            .collect();
+        assert!(
+            early.len() <= 4 * 2 + 1,
+            "{id}: {} requests in its first 2 lease durations: {early:?}",
+            early.len()
+        );
+        let pings = commands_from(&seen, &subs)
+            .iter()
+            .filter(|s| s.cmd() == "PING")
+            .count();
+        let names: Vec<String> = sent.iter().map(|s| s.cmd()).collect();
+        eprintln!(
+            "{id}: {} requests in {window:?}: {names:?}; {pings} PINGs",
+            sent.len()
+        );
+        assert!(
+            sent.len() <= 4 * 2,
+            "{id} sent {} requests in 2 lease durations: {names:?}",
+            sent.len()
+        );
+        // Its heartbeats (one every lease / 3) are seen: the count is of the right client.
+        assert!(sent.len() >= 4, "{id}: only {names:?}");
+        assert!(names.iter().all(|n| n == "EVALSHA"), "{names:?}");
+        // The subscription is checked every retry_period (not counted above).
+        let expected = (window.as_millis() / RETRY.as_millis()) as usize;
+        assert!(pings + 3 >= expected, "{id}: {pings} PINGs in {window:?}");
+    }
+}
+
+/// (b) A follower whose subscriber connection silently stops forwarding (blackholed by
+/// the proxy; its command connection is untouched) notices at its next PING, polls, and
+/// still takes a released lease within a jittered retry_period.
+#[test]
+fn a_follower_whose_subscription_silently_died_still_takes_a_release_within_a_retry() {
+    let redis = RedisServer::start();
+    let name = "quiet-deaf";
+    seed_fence(&redis, name);
+    let proxy = Proxy::start(redis.addr());
+    let a = Daemon::spawn(&opts(name, "deaf-a", &redis.url(), ""));
+    wait_leader(&[&a], None);
+    let b = Daemon::spawn(&opts(name, "deaf-b", &proxy.url(), ""));
+    wait_follower_of(&b, "deaf-a");
+    proxy.blackhole_sending(Some("SUBSCRIBE"));
+    assert_eq!(
+        proxy.holed_connections(),
+        1,
+        "only the subscriber connection"
+    );
+    let lost = wait_until(BOUND, STEP, || {
+        (!b.events_named("release_watch_lost").is_empty()).then_some(())
+    });
+    assert!(lost.is_some(), "the unanswered PING was noticed");
+    std::thread::sleep(RETRY * 2); // polling by now; the resubscription hangs too
+    a.signal(Signal::SIGTERM);
+    let acquired = wait_until(BOUND, STEP, || b.events_named("acquired").first().cloned())
+        .expect("b took over");
+    let released = a
+        .events_named("stepped_down")
+        .first()
+        .and_then(|e| field_u64(e, "ended_at_ms"))
+        .expect("a stepped down");
+    let took = field_u64(&acquired, "acquired_at_ms").expect("acquired_at_ms") - released;
+    // A poll every retry_period * (1 + U(0, 0.2)), plus the command; a deaf follower that
+    // did not poll would wait for the expiry it last read (seconds).
+    let bound = RETRY.mul_f64(1.2) + Duration::from_millis(300);
+    assert!(
+        Duration::from_millis(took) <= bound,
+        "took {took} ms after the release (bound {bound:?})"
+    );
+}
+
+/// (c) After the leader is SIGKILLed, the follower with the highest priority (10, against 5
+/// and 0) wins: the others wait retry_period / 2 longer after the expiry. Every run.
+#[test]
+fn after_a_crash_the_best_successor_wins_every_time() {
+    let redis = RedisServer::start();
+    let name = "quiet-priority";
+    seed_fence(&redis, name);
+    let with_priority = |id: &str, p: u32| {
+        opts(
+            name,
+            id,
+            &redis.url(),
+            &format!("election:\n  priority: {p}\n"),
+        )
+    };
+    let mut daemons = vec![Daemon::spawn(&with_priority("prio-lead", 0))];
+    wait_leader(&[&daemons[0]], None);
+    for (id, p) in [("prio-ten", 10), ("prio-five", 5), ("prio-zero", 0)] {
+        daemons.push(Daemon::spawn(&with_priority(id, p)));
+    }
+    let runs = 3;
+    for run in 0..runs {
+        let refs: Vec<&Daemon> = daemons.iter().collect();
+        let leader = wait_leader(&refs, None);
+        assert_ne!(leader, "prio-ten", "run {run}: set up with another leader");
+        for d in daemons.iter().filter(|d| d.identity() != leader) {
+            wait_follower_of(d, &leader);
+        }
+        // Every follower's last heartbeat read the candidates as they are now.
+        std::thread::sleep(LEASE / 3 + Duration::from_millis(300));
+        let idx = daemons.iter().position(|d| d.identity() == leader).unwrap();
+        daemons[idx].kill();
+        let alive: Vec<&Daemon> = daemons.iter().filter(|d| d.identity() != leader).collect();
+        let winner = wait_leader(&alive, Some(leader.as_str()));
+        assert_eq!(winner, "prio-ten", "run {run}: the best successor wins");
+        daemons[idx].restart();
+        if run + 1 == runs {
+            break;
+        }
+        // Move leadership off prio-ten (it sits out a lease) for the next run.
+        let ten = daemons.iter().find(|d| d.identity() == "prio-ten").unwrap();
+        ten.signal(Signal::SIGUSR1);
+        let refs: Vec<&Daemon> = daemons.iter().collect();
+        wait_leader(&refs, Some("prio-ten"));
+        std::thread::sleep(LEASE + RETRY);
+    }
+}
+
+/// (d) A release reserved for one follower: inside the window only it sends an acquire;
+/// the others wait for its `acquired` announcement. The leader here is the test itself
+/// (the scripts run by EVAL), so that the follower side is what is measured.
+#[test]
+fn a_reserved_release_is_contended_only_by_its_successor() {
+    let redis = RedisServer::start();
+    let name = "quiet-reserved";
+    seed_fence(&redis, name);
+    let keys = |k: &str| format!("leaderd:{{{name}}}:{k}");
+    let acquire = include_str!("../lua/acquire.lua");
+    let release = include_str!("../lua/release.lua");
+    let acquire_sha = redis.cmd(&["SCRIPT", "LOAD", acquire]);
+    let now_ms = support::unix_ms(std::time::SystemTime::now()).to_string();
+    let granted = redis.cmd(&[
+        "EVAL",
+        acquire,
+        "3",
+        &keys("lock"),
+        &keys("fence"),
+        &keys("released"),
+        "test-leader",
+        "test-token",
+        "20000",
+        &now_ms,
+        "",
+        "1",
+    ]);
+    assert!(granted.contains("1001"), "the test leads: {granted}");
+    let followers: Vec<Daemon> = [("rs-five", 5), ("rs-ten", 10), ("rs-zero", 0)]
+        .iter()
+        .map(|(id, p)| Daemon::spawn(&user_opts(&redis, name, id, *p)))
+        .collect();
+    for f in &followers {
+        wait_follower_of(f, "test-leader");
+    }
+    std::thread::sleep(LEASE / 3 + Duration::from_millis(300));
+    let conns = connections_by_user(&redis);
+    let monitor = Monitor::start(redis.addr());
+    std::thread::sleep(Duration::from_millis(200));
+    let window_ms = RETRY.as_millis().min(1000).to_string();
+    let released = redis.cmd(&[
+        "EVAL",
+        release,
+        "3",
+        &keys("lock"),
+        &keys("released"),
+        &keys("fence"),
+        "test-token",
+        "test-leader",
+        "rs-ten",
+        &window_ms,
+    ]);
+    assert_eq!(released, "1");
+    let t0 = Instant::now();
+    let ten = &followers[1];
+    wait_follower_of(&followers[0], "rs-ten");
+    assert!(
+        t0.elapsed() < RETRY,
+        "the successor took the reservation inside the window"
+    );
+    assert_eq!(doc_of(ten).unwrap()["is_leader"], true);
+    std::thread::sleep(RETRY + Duration::from_millis(200));
+    let seen = monitor.seen();
+    drop(monitor);
+    let at = seen
+        .iter()
+        .find(|s| s.cmd() == "EVAL" && s.args.get(1).is_some_and(|a| a.contains("release.lua")))
+        .map(|s| s.ts)
+        .expect("the release in MONITOR");
+    let window = RETRY.as_secs_f64();
+    let acquires_in_window = |id: &str| {
+        let cmds = &conns[id].0;
+        commands_from(&seen, cmds)
+            .iter()
+            .filter(|s| s.cmd() == "EVALSHA" && s.args.get(1) == Some(&acquire_sha))
+            .filter(|s| s.ts >= at && s.ts < at + window)
+            .count()
+    };
+    assert_eq!(
+        acquires_in_window("rs-ten"),
+        1,
+        "the successor acquired at once"
+    );
+    assert_eq!(acquires_in_window("rs-five"), 0, "rs-five waited");
+    assert_eq!(acquires_in_window("rs-zero"), 0, "rs-zero waited");
+    for f in [&followers[0], &followers[2]] {
+        let log = f.log_events();
+        assert!(
+            !log.iter().any(|e| event_name(e) == Some("acquired")),
+            "{} never led",
+            f.identity()
+        );
+    }
+}
