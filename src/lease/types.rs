@@ -26,8 +26,9 @@ pub struct LeaseSpec {
     /// The address this holder advertises to the others while it holds the lease (stored
     /// as the lease's `address` field), e.g. for a proxy to reach the leader.
     pub address: Option<String>,
-    /// How often the release subscription is checked with a PING (the daemon's
-    /// `retry_period`): a follower relies on the subscription only while it answers.
+    /// Within how long a silently dead release subscription is noticed (the daemon's
+    /// `retry_period`): it is PINGed every half of it, each PING given the other half, and a
+    /// follower relies on the subscription only while it answers.
     pub release_check: Duration,
 }
 

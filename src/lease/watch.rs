@@ -15,10 +15,11 @@ impl LeaseClient {
         let how = Listen {
             channel: self.keys.released.clone(),
             connect_timeout: self.endpoint.connect_timeout(),
-            ping_every: self.spec.release_check,
-            // Generous: a false alarm costs two reads; a dead subscription is still noticed
-            // within two checks.
-            ping_timeout: self.spec.release_check.max(self.spec.command_timeout),
+            // A PING every half check, each given the other half: a silently dead
+            // subscription is noticed within one `release_check` (a false alarm costs a
+            // resubscription and a read).
+            ping_every: self.spec.release_check / 2,
+            ping_timeout: self.spec.release_check / 2,
         };
         let task = tokio::spawn(crate::release_watch::listen_with(
             connector,
