@@ -197,6 +197,8 @@ pub struct ElectionConfig {
     pub health_check: Option<HealthCheckConfig>,
     /// Preference as a successor, 0..=1000 (higher first; default 0).
     pub priority: u32,
+    /// Hand over to a healthier, higher-priority candidate (default false).
+    pub preempt: bool,
 }
 
 /// Lead only while the local service is healthy.
