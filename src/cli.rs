@@ -1,4 +1,7 @@
-//! The command line: `run`, `check-config` and `status`, their flags, and their exit codes.
+//! The command line: `run`, `check-config`, `status` and `handover`, their flags, and their
+//! exit codes.
+
+mod handover;
 
 use std::path::PathBuf;
 
@@ -47,6 +50,21 @@ enum Command {
     Status {
         #[command(flatten)]
         common: CommonFlags,
+        /// Print a JSON object instead of a line of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask the leader to hand its leadership over (to --to, or the best successor) and
+    /// wait until the new term has begun.
+    Handover {
+        #[command(flatten)]
+        common: CommonFlags,
+        /// The candidate to hand over to [default: the best successor].
+        #[arg(long, value_name = "IDENTITY")]
+        to: Option<String>,
+        /// How long to wait for the new term, e.g. 5s [default: election.lease_duration].
+        #[arg(long, value_name = "DURATION")]
+        timeout: Option<String>,
         /// Print a JSON object instead of a line of text.
         #[arg(long)]
         json: bool,
@@ -175,6 +193,12 @@ pub fn main() -> i32 {
             check_config(&common.overrides(Vec::new()), probe)
         }
         Command::Status { common, json } => status(&common.overrides(Vec::new()), json),
+        Command::Handover {
+            common,
+            to,
+            timeout,
+            json,
+        } => handover::handover(&common.overrides(Vec::new()), to, timeout, json),
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
     }

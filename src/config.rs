@@ -14,6 +14,7 @@ mod rules;
 mod sections;
 mod tree;
 mod values;
+pub(crate) use duration::{format_duration, parse_duration};
 
 #[cfg(test)]
 mod tests;

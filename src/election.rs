@@ -19,6 +19,7 @@ use crate::state::TermView;
 mod events;
 mod handover;
 pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
+pub(crate) use handover::target as handover_target;
 
 /// The work done only while leading (exec mode); [`NoWork`] when there is none.
 pub trait LeaderWork: Send {
@@ -209,6 +210,9 @@ pub async fn run<L: Lease, W: LeaderWork, E: ElectionEvents>(
         }
         let sit_out = match reason {
             StepDown::Shutdown => break 0,
+            // The reservation keeps this replica out while the target takes over; after a
+            // handover it may be handed the lease back at once.
+            StepDown::Handover | StepDown::Preempted => Duration::ZERO,
             StepDown::Yield => policy.timing.lease_duration,
             StepDown::Lost | StepDown::Deadline if policy.on_lost == AfterLoss::Exit => break 1,
             StepDown::WorkExit(code) if policy.on_work_exit == AfterWorkExit::Exit => break code,
