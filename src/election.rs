@@ -20,6 +20,7 @@ mod events;
 mod handover;
 pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
 pub(crate) use handover::target as handover_target;
+use handover::Successor;
 
 /// The work done only while leading (exec mode); [`NoWork`] when there is none.
 pub trait LeaderWork: Send {
@@ -190,19 +191,17 @@ pub async fn run<L: Lease, W: LeaderWork, E: ElectionEvents>(
         };
         let ending = lead(&*lease, &policy, &mut work, &mut inputs, reporter, term).await;
         let (reason, term) = (ending.reason, &ending.term);
-        let successor = ending.to.clone().or_else(|| {
+        let hint = {
             let roster = inputs.candidates.borrow();
             let best = roster.best_successor(Some(lease.spec().holder.as_str()));
             best.map(|c| c.identity.clone())
-        });
+        };
+        let successor = match ending.to.clone() {
+            Some(to) => Successor::Named(to),
+            None => Successor::Best { hint },
+        };
         step_down(
-            &*lease,
-            &policy,
-            &mut work,
-            reporter,
-            term,
-            reason,
-            successor.as_deref(),
+            &*lease, &policy, &mut work, reporter, term, reason, successor,
         )
         .await;
         if let Some(request) = &ending.request {
@@ -428,7 +427,7 @@ async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
 
 /// Stops claiming, stops the work, then releases: in that order, so that nothing guarded by
 /// the lease outlives the claim, and the release is never sent before `stepped_down` is logged.
-/// A release on purpose is reserved for `successor` (when there is one) for the
+/// A release on purpose is reserved for the successor (when there is one) for the
 /// handover window.
 async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
     lease: &L,
@@ -437,10 +436,18 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
     reporter: &E,
     term: &Term,
     reason: StepDown,
-    successor: Option<&str>,
+    successor: Successor,
 ) {
     reporter.stepped_down(term, reason);
-    work.stop().await;
+    let release = match reason {
+        StepDown::Lost => false,
+        StepDown::Shutdown => policy.release_on_shutdown,
+        _ => true,
+    };
+    // The candidates are read again while the work stops (a read claims nothing).
+    let budget = policy.timing.command_timeout;
+    let best = successor.choose(lease, budget, release);
+    let ((), successor) = tokio::join!(work.stop(), best);
     if tokio::time::timeout(WORK_STOPPED_LIMIT, reporter.work_stopped(term, reason))
         .await
         .is_err()
@@ -450,17 +457,11 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
             "work_stopped took longer than {WORK_STOPPED_LIMIT:?}; releasing anyway"
         );
     }
-    let release = match reason {
-        StepDown::Lost => false,
-        StepDown::Shutdown => policy.release_on_shutdown,
-        _ => true,
-    };
     if release {
-        let reservation = successor.map(|successor| Reservation {
+        let reservation = successor.as_deref().map(|successor| Reservation {
             successor,
             window: handover::window(&policy.timing),
         });
-        let budget = policy.timing.command_timeout;
         match lease.release_to(term, reservation, budget).await {
             Ok(_) => reporter.released(term),
             Err(err) => reporter.redis_failed(&err),

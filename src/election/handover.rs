@@ -9,6 +9,36 @@ use tokio::sync::watch;
 use super::{ElectionEvents, Timing};
 use crate::lease::{Control, ControlMessage, HandoverRequest, Heartbeat, Lease, Roster};
 
+/// Who a reserved release is for.
+pub(super) enum Successor {
+    /// The target of a handover or preemption.
+    Named(String),
+    /// The best successor, read afresh; `hint` (the last roster's) when the read fails.
+    Best { hint: Option<String> },
+}
+
+impl Successor {
+    /// The identity to reserve the release for, if any (`None` as well when no release
+    /// follows).
+    pub(super) async fn choose<L: Lease>(
+        self,
+        lease: &L,
+        budget: Duration,
+        release: bool,
+    ) -> Option<String> {
+        match self {
+            _ if !release => None,
+            Successor::Named(to) => Some(to),
+            Successor::Best { hint } => match lease.heartbeat(Heartbeat::Read, budget).await {
+                Ok(roster) => roster
+                    .best_successor(Some(lease.spec().holder.as_str()))
+                    .map(|c| c.identity.clone()),
+                Err(_) => hint,
+            },
+        }
+    }
+}
+
 /// `handover_window = min(retry_period, 1s)`: how long a reserved release stands.
 pub(super) fn window(t: &Timing) -> Duration {
     t.retry_period.min(Duration::from_secs(1))
