@@ -21,7 +21,15 @@ use std::process::Command;
 
 use bench::stats::{loadavg, Table};
 
-const SECTIONS: [&str; 6] = ["handover", "crash", "steady", "herd", "lock", "proxy"];
+const SECTIONS: [&str; 7] = [
+    "handover",
+    "handover-to",
+    "crash",
+    "steady",
+    "herd",
+    "lock",
+    "proxy",
+];
 
 fn main() {
     let mut quick = false;
@@ -64,6 +72,9 @@ fn main() {
             ),
             "handover" => {
                 bench::election::handover(if quick { 10 } else { 200 }, &mut tables, &mut json)
+            }
+            "handover-to" => {
+                bench::election::handover_to(if quick { 20 } else { 200 }, &mut tables, &mut json)
             }
             "crash" => bench::election::crash(
                 if quick { 5 } else { 100 },
