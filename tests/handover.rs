@@ -428,3 +428,55 @@ fn redlock_handover_reserves_on_a_majority() {
     assert_eq!((holder.as_str(), Some(f2)), ("c", doc["to_fence"].as_u64()));
     assert_eq!(events(&a, "stepped_down")[0]["reason"], "handover");
 }
+
+#[test]
+fn cluster_handover_goes_through_the_lease_shard() {
+    let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"];
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with_args(&args))
+        .collect();
+    let addrs: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let created = std::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run redis-cli --cluster create");
+    assert!(created.status.success(), "{created:?}");
+    let name = "clhv";
+    wait_until(BOUND, POLL, || {
+        let ok = servers
+            .iter()
+            .all(|s| s.cmd(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+        ok.then_some(())
+    })
+    .expect("the cluster is ok");
+    // The election exists already: seed the fence on the shard that owns it.
+    let fence = format!("leaderd:{{{name}}}:fence");
+    let seeded = servers
+        .iter()
+        .filter(|s| s.cmd(&["SET", &fence, "1000"]) == "OK")
+        .count();
+    assert_eq!(seeded, 1, "one shard owns the election's slot");
+    let urls: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.url())).collect();
+    let cluster = |id: &str| {
+        let mut o = opts("", name, id, 0, "");
+        let redis = format!("redis:\n  mode: cluster\n  urls: [{}]\n", urls.join(", "));
+        o.extra_yaml.push_str(&redis);
+        o
+    };
+    let a = Daemon::spawn(&cluster("a"));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let _b = Daemon::spawn(&cluster("b"));
+    let _c = Daemon::spawn(&cluster("c"));
+    let (_, f1) = settled(&a, 3, 3);
+    let out = handover(&a, &["--to", "c"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let (holder, _) = new_leader(&a, "a", f1);
+    assert_eq!(holder, "c");
+    assert_eq!(events(&a, "stepped_down")[0]["reason"], "handover");
+}
