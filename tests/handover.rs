@@ -480,3 +480,31 @@ fn cluster_handover_goes_through_the_lease_shard() {
     assert_eq!(holder, "c");
     assert_eq!(events(&a, "stepped_down")[0]["reason"], "handover");
 }
+
+#[test]
+fn sentinel_handover_with_replicas_acknowledging() {
+    let (servers, sentinels) =
+        support::sentinel::start_watched(&["--repl-diskless-sync-delay", "0"]);
+    let name = "snhv";
+    seed(&servers[0], name);
+    let urls: Vec<String> = sentinels.iter().map(support::Sentinel::url).collect();
+    let sentinel = |id: &str| {
+        let mut o = opts("", name, id, 0, "");
+        o.extra_yaml.push_str(&format!(
+            "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master_name: {}\n  min_replicas_ack: 1\n",
+            urls.join(", "),
+            support::sentinel::MASTER
+        ));
+        o
+    };
+    let a = Daemon::spawn(&sentinel("a"));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let _b = Daemon::spawn(&sentinel("b"));
+    let (_, f1) = settled(&a, 2, 2);
+    let out = handover(&a, &["--to", "b", "--json"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let (holder, f2) = new_leader(&a, "a", f1);
+    assert_eq!(holder, "b");
+    let doc: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(doc["to_fence"].as_u64(), Some(f2), "{doc}");
+}
