@@ -19,6 +19,7 @@ use crate::state::TermView;
 mod events;
 mod handover;
 pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
+#[cfg(feature = "daemon")]
 pub(crate) use handover::target as handover_target;
 use handover::Successor;
 
