@@ -139,28 +139,28 @@ pub(super) async fn preempt<L: Lease>(
         .heartbeat(Heartbeat::Read, t.command_timeout)
         .await
         .ok()?;
-    better(&fresh, me, Some(t.lease_duration)).map(str::to_string)
+    better(&fresh, me, Some(t.lease_duration))
 }
 
 /// The best candidate with a priority above the leader's own entry, healthy (for at least
 /// `for_at_least` of Redis time, when given).
-fn better<'r>(roster: &'r Roster, leader: &str, for_at_least: Option<Duration>) -> Option<&'r str> {
+fn better(roster: &Roster, leader: &str, for_at_least: Option<Duration>) -> Option<String> {
     let own = roster.candidates.iter().find(|c| c.identity == leader)?;
     let settled = |since: Option<u64>| match for_at_least {
         None => true,
         Some(d) => since.is_some_and(|s| s + d.as_millis() as u64 <= roster.now_ms),
     };
-    roster
-        .candidates
-        .iter()
-        .filter(|c| c.identity != leader && c.healthy && c.priority > own.priority)
-        .filter(|c| settled(c.healthy_since_ms))
-        .min_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then_with(|| a.identity.cmp(&b.identity))
-        })
-        .map(|c| c.identity.as_str())
+    let eligible = Roster {
+        now_ms: roster.now_ms,
+        candidates: roster
+            .candidates
+            .iter()
+            .filter(|c| c.priority > own.priority && settled(c.healthy_since_ms))
+            .cloned()
+            .collect(),
+    };
+    let best = eligible.best_successor(Some(leader));
+    best.map(|c| c.identity.clone())
 }
 
 #[cfg(test)]
@@ -221,10 +221,10 @@ mod tests {
                 c("c", true, 3, Some(0)),
             ],
         };
-        assert_eq!(better(&r, "a", None), Some("b"));
+        assert_eq!(better(&r, "a", None).as_deref(), Some("b"));
         assert_eq!(better(&r, "a", Some(lease)), None);
         r.now_ms = 2000;
-        assert_eq!(better(&r, "a", Some(lease)), Some("b"));
+        assert_eq!(better(&r, "a", Some(lease)).as_deref(), Some("b"));
         assert_eq!(better(&r, "b", Some(lease)), None);
         assert_eq!(better(&r, "nobody", None), None);
     }
