@@ -64,7 +64,8 @@ impl LeaseScript {
             LeaseScript::Release => vec![
                 c(&["HGET", lock, "token"]),
                 c(&["DEL", lock]),
-                c(&["GET", fence]),
+                c(&["HSET", lock, "holder", "x"]),
+                c(&["PEXPIRE", lock, "1"]),
                 c(&["PUBLISH", chan, "x"]),
             ],
             LeaseScript::Candidate => vec![
