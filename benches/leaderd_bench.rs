@@ -22,8 +22,9 @@ use std::process::Command;
 
 use bench::stats::{loadavg, Table};
 
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "handover",
+    "handover-to",
     "crash",
     "steady",
     "herd",
@@ -73,6 +74,9 @@ fn main() {
             ),
             "handover" => {
                 bench::election::handover(if quick { 10 } else { 200 }, &mut tables, &mut json)
+            }
+            "handover-to" => {
+                bench::election::handover_to(if quick { 20 } else { 200 }, &mut tables, &mut json)
             }
             "crash" => bench::election::crash(
                 if quick { 5 } else { 100 },

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::connector::{ConnectError, RedisSpec, Topology};
 use crate::lease::{
-    Acquire, Heartbeat, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, ReleaseWatch, Roster,
-    Term,
+    Acquire, Control, ControlWatch, HandoverRequest, Heartbeat, Lease, LeaseClient, LeaseError,
+    LeaseSpec, Observed, ReleaseWatch, Reservation, Roster, Term,
 };
 use crate::redlock::RedlockClient;
 
@@ -81,10 +81,33 @@ impl Lease for Backend {
         }
     }
 
-    async fn release(&self, term: &Term, budget: Duration) -> Result<bool, LeaseError> {
+    async fn release_to(
+        &self,
+        term: &Term,
+        reservation: Option<Reservation<'_>>,
+        budget: Duration,
+    ) -> Result<bool, LeaseError> {
         match self {
-            Backend::Redis(l) => l.release(term, budget).await,
-            Backend::Redlock(l) => l.release(term, budget).await,
+            Backend::Redis(l) => l.release_to(term, reservation, budget).await,
+            Backend::Redlock(l) => l.release_to(term, reservation, budget).await,
+        }
+    }
+
+    async fn control(
+        &self,
+        op: Control<'_>,
+        budget: Duration,
+    ) -> Result<Option<HandoverRequest>, LeaseError> {
+        match self {
+            Backend::Redis(l) => l.control(op, budget).await,
+            Backend::Redlock(l) => l.control(op, budget).await,
+        }
+    }
+
+    fn watch_control(&self) -> ControlWatch {
+        match self {
+            Backend::Redis(l) => l.watch_control(),
+            Backend::Redlock(l) => l.watch_control(),
         }
     }
 

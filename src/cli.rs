@@ -1,4 +1,7 @@
-//! The command line: `run`, `check-config` and `status`, their flags, and their exit codes.
+//! The command line: `run`, `check-config`, `status` and `handover`, their flags, and their
+//! exit codes.
+
+mod handover;
 
 use std::path::PathBuf;
 
@@ -56,6 +59,21 @@ enum Command {
         /// with --json, one JSON document per change, one per line.
         #[arg(long)]
         watch: bool,
+    },
+    /// Ask the leader to hand its leadership over (to --to, or the best successor) and
+    /// wait until the new term has begun.
+    Handover {
+        #[command(flatten)]
+        common: CommonFlags,
+        /// The candidate to hand over to [default: the best successor].
+        #[arg(long, value_name = "IDENTITY")]
+        to: Option<String>,
+        /// How long to wait for the new term, e.g. 5s [default: election.lease_duration].
+        #[arg(long, value_name = "DURATION")]
+        timeout: Option<String>,
+        /// Print a JSON object instead of a line of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Copy this leaderd binary to DEST (an init container putting leaderd into another
     /// image for exec mode: the leaderd image has no shell and no cp).
@@ -185,6 +203,12 @@ pub fn main() -> i32 {
             json,
             watch,
         } => status(&common.overrides(Vec::new()), json, watch),
+        Command::Handover {
+            common,
+            to,
+            timeout,
+            json,
+        } => handover::handover(&common.overrides(Vec::new()), to, timeout, json),
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
     }

@@ -15,6 +15,7 @@ mod rules;
 mod sections;
 mod tree;
 mod values;
+pub(crate) use duration::{format_duration, parse_duration};
 
 #[cfg(test)]
 mod tests;
@@ -198,6 +199,8 @@ pub struct ElectionConfig {
     pub health_check: Option<HealthCheckConfig>,
     /// Preference as a successor, 0..=1000 (higher first; default 0).
     pub priority: u32,
+    /// Hand over to a healthier, higher-priority candidate (default false).
+    pub preempt: bool,
 }
 
 /// Lead only while the local service is healthy.

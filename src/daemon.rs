@@ -137,6 +137,7 @@ fn policy(config: &Config) -> Policy {
             OnExit::Exit => AfterWorkExit::Exit,
         },
         release_on_shutdown: e.release_on_shutdown,
+        preempt: e.preempt,
     }
 }
 

@@ -12,10 +12,15 @@ use tokio_util::sync::CancellationToken;
 use crate::lease::{
     backoff, jittered, Acquire, Announcement, Holder, Lease, LeaseError, Observed, Roster, Term,
 };
+use crate::lease::{HandoverRequest, Reservation};
 use crate::state::TermView;
 
 mod events;
+mod handover;
 pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
+#[cfg(feature = "daemon")]
+pub(crate) use handover::target as handover_target;
+use handover::Successor;
 
 /// The work done only while leading (exec mode); [`NoWork`] when there is none.
 pub trait LeaderWork: Send {
@@ -85,6 +90,9 @@ pub struct Policy {
     pub on_work_exit: AfterWorkExit,
     /// Release the lease on shutdown (otherwise let it expire).
     pub release_on_shutdown: bool,
+    /// Hand over to a healthy candidate of higher priority once it has been registered and
+    /// healthy for a lease duration (contract, "Priority").
+    pub preempt: bool,
 }
 
 /// Why a term ended; the `reason` of `stepped_down` and of the step-down metric.
@@ -100,9 +108,9 @@ pub enum StepDown {
     Yield,
     /// The work exited by itself, with this code.
     WorkExit(i32),
-    /// Handed over to a successor on request (issue 11; not produced yet).
+    /// Handed over to a successor on request (`leaderd handover`).
     Handover,
-    /// Handed over to a preferred candidate (issue 11; not produced yet).
+    /// Handed over to a healthy candidate of higher priority (`election.preempt`).
     Preempted,
 }
 
@@ -181,10 +189,29 @@ pub async fn run<L: Lease, W: LeaderWork, E: ElectionEvents>(
             Some(term) => term,
             None => break 0,
         };
-        let (reason, term) = lead(&*lease, &policy, &mut work, &mut inputs, reporter, term).await;
-        step_down(&*lease, &policy, &mut work, reporter, &term, reason).await;
+        let ending = lead(&*lease, &policy, &mut work, &mut inputs, reporter, term).await;
+        let (reason, term) = (ending.reason, &ending.term);
+        let hint = {
+            let roster = inputs.candidates.borrow();
+            let best = roster.best_successor(Some(lease.spec().holder.as_str()));
+            best.map(|c| c.identity.clone())
+        };
+        let successor = match ending.to.clone() {
+            Some(to) => Successor::Named(to),
+            None => Successor::Best { hint },
+        };
+        step_down(
+            &*lease, &policy, &mut work, reporter, term, reason, successor,
+        )
+        .await;
+        if let Some(request) = &ending.request {
+            handover::accepted(&*lease, policy.timing.command_timeout, reporter, request).await;
+        }
         let sit_out = match reason {
             StepDown::Shutdown => break 0,
+            // The reservation keeps this replica out while the target takes over; after a
+            // handover it may be handed the lease back at once.
+            StepDown::Handover | StepDown::Preempted => Duration::ZERO,
             StepDown::Yield => policy.timing.lease_duration,
             StepDown::Lost | StepDown::Deadline if policy.on_lost == AfterLoss::Exit => break 1,
             StepDown::WorkExit(code) if policy.on_work_exit == AfterWorkExit::Exit => break code,
@@ -540,8 +567,29 @@ fn announced(
     })
 }
 
+/// Why and how a term ends: the reason, the term as last renewed, the successor chosen for
+/// a handover or preemption, and the handover request to answer once released.
+struct Ending {
+    reason: StepDown,
+    term: Term,
+    to: Option<String>,
+    request: Option<HandoverRequest>,
+}
+
+impl Ending {
+    fn new(reason: StepDown, term: Term) -> Self {
+        Ending {
+            reason,
+            term,
+            to: None,
+            request: None,
+        }
+    }
+}
+
 /// Holds the term, renewing every `retry_period`, until it must step down; returns why, with
-/// the term as last renewed.
+/// the term as last renewed. Listens for handover requests meanwhile (and, with `preempt`,
+/// for a better candidate).
 async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
     lease: &L,
     policy: &Policy,
@@ -549,27 +597,38 @@ async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
     inputs: &mut Inputs,
     reporter: &E,
     mut term: Term,
-) -> (StepDown, Term) {
+) -> Ending {
     let t = policy.timing;
     reporter.acquired(&term);
+    let mut control = lease.watch_control();
+    let mut handled = None;
     work.start(&TermView::from(&term)).await;
     let mut next_renew = term.last_sent + t.retry_period;
     loop {
         let deadline = term.last_sent + t.renew_deadline;
         if Instant::now() >= deadline {
-            return (StepDown::Deadline, term);
+            return Ending::new(StepDown::Deadline, term);
         }
         tokio::select! {
             biased;
-            _ = inputs.shutdown.cancelled() => return (StepDown::Shutdown, term),
+            _ = inputs.shutdown.cancelled() => return Ending::new(StepDown::Shutdown, term),
             _ = tokio::time::sleep_until(next_renew.min(deadline)) => {}
-            Some(()) = inputs.yields.recv() => return (StepDown::Yield, term),
-            _ = unhealthy(&mut inputs.healthy) => return (StepDown::Yield, term),
-            code = work.exited() => return (StepDown::WorkExit(code), term),
+            Some(()) = inputs.yields.recv() => return Ending::new(StepDown::Yield, term),
+            _ = unhealthy(&mut inputs.healthy) => return Ending::new(StepDown::Yield, term),
+            code = work.exited() => return Ending::new(StepDown::WorkExit(code), term),
+            msg = control.changed() => {
+                let asked = handover::on_control(lease, t.command_timeout, reporter, msg, &mut handled);
+                if let Some((request, to)) = asked.await.filter(|_| term.is_valid()) {
+                    let mut ending = Ending::new(StepDown::Handover, term);
+                    (ending.to, ending.request) = (Some(to), Some(request));
+                    return ending;
+                }
+                continue;
+            }
         }
         let now = Instant::now();
         if now >= deadline {
-            return (StepDown::Deadline, term);
+            return Ending::new(StepDown::Deadline, term);
         }
         let budget = t.command_timeout.min(deadline - now);
         let outcome = lease.renew(&mut term, budget).await;
@@ -585,8 +644,15 @@ async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
                     reporter.renewed(&term);
                     work.extend(&TermView::from(&term)).await;
                 }
+                if policy.preempt {
+                    if let Some(to) = handover::preempt(lease, &t, &inputs.candidates).await {
+                        let mut ending = Ending::new(StepDown::Preempted, term);
+                        ending.to = Some(to);
+                        return ending;
+                    }
+                }
             }
-            Err(LeaseError::Lost) => return (StepDown::Lost, term),
+            Err(LeaseError::Lost) => return Ending::new(StepDown::Lost, term),
             Err(_) => {
                 next_renew = Instant::now() + (t.retry_period / 4).max(Duration::from_millis(10))
             }
@@ -596,6 +662,8 @@ async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
 
 /// Stops claiming, stops the work, then releases: in that order, so that nothing guarded by
 /// the lease outlives the claim, and the release is never sent before `stepped_down` is logged.
+/// A release on purpose is reserved for the successor (when there is one) for the
+/// handover window.
 async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
     lease: &L,
     policy: &Policy,
@@ -603,9 +671,18 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
     reporter: &E,
     term: &Term,
     reason: StepDown,
+    successor: Successor,
 ) {
     reporter.stepped_down(term, reason);
-    work.stop().await;
+    let release = match reason {
+        StepDown::Lost => false,
+        StepDown::Shutdown => policy.release_on_shutdown,
+        _ => true,
+    };
+    // The candidates are read again while the work stops (a read claims nothing).
+    let budget = policy.timing.command_timeout;
+    let best = successor.choose(lease, budget, release);
+    let ((), successor) = tokio::join!(work.stop(), best);
     if tokio::time::timeout(WORK_STOPPED_LIMIT, reporter.work_stopped(term, reason))
         .await
         .is_err()
@@ -615,13 +692,12 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
             "work_stopped took longer than {WORK_STOPPED_LIMIT:?}; releasing anyway"
         );
     }
-    let release = match reason {
-        StepDown::Lost => false,
-        StepDown::Shutdown => policy.release_on_shutdown,
-        _ => true,
-    };
     if release {
-        match lease.release(term, policy.timing.command_timeout).await {
+        let reservation = successor.as_deref().map(|successor| Reservation {
+            successor,
+            window: handover::window(&policy.timing),
+        });
+        match lease.release_to(term, reservation, budget).await {
             Ok(_) => reporter.released(term),
             Err(err) => reporter.redis_failed(&err),
         }

@@ -24,6 +24,7 @@ mod acl;
 mod acquire;
 mod announcement;
 mod candidates;
+mod control;
 mod foreign;
 mod interface;
 mod ops;
@@ -40,9 +41,10 @@ use crate::lease::acl::LeaseScript;
 
 pub use announcement::Announcement;
 pub use candidates::{Candidate, Heartbeat, Roster};
+pub use control::{Control, ControlMessage, ControlWatch, HandoverRequest};
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
-pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Term};
+pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Reservation, Term};
 pub(crate) use wait::{backoff, jittered};
 pub use watch::ReleaseWatch;
 
@@ -56,6 +58,9 @@ pub struct LeaseClient {
     release: Script,
     announce: Script,
     candidate: Script,
+    handover: Script,
+    /// Poked when a renew sees a pending handover request (see [`ControlWatch`]).
+    control_poke: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl LeaseClient {
@@ -105,6 +110,8 @@ impl LeaseClient {
             release: Script::new(include_str!("../lua/release.lua")),
             announce: Script::new(include_str!("../lua/announce.lua")),
             candidate: Script::new(include_str!("../lua/candidate.lua")),
+            handover: Script::new(include_str!("../lua/handover.lua")),
+            control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 
@@ -120,6 +127,8 @@ impl LeaseClient {
             release: self.release.clone(),
             announce: self.announce.clone(),
             candidate: self.candidate.clone(),
+            handover: self.handover.clone(),
+            control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 

@@ -4,7 +4,9 @@
 //! - [`Lease`]: the one lease interface (acquire, renew, release, observe, the blocking
 //!   wait), with fencing tokens; [`LeaseClient`] implements it on one Redis (a server, the
 //!   Sentinel master or a cluster), [`RedlockClient`] on a majority of independent masters,
-//!   and [`Backend`] is whichever a [`RedisSpec`] names.
+//!   and [`Backend`] is whichever a [`RedisSpec`] names. A release may be reserved for a
+//!   successor ([`Reservation`]); handover requests go through [`Control`] and a
+//!   [`ControlWatch`] (`lease::control`).
 //! - [`Locker`]: a reentrant lock over any lease, with a watchdog that renews it in the
 //!   background and reports its loss.
 //! - [`election`]: the elector state machine over any lease, reporting every transition to
@@ -74,6 +76,7 @@
 //!     on_lost: AfterLoss::Contend,
 //!     on_work_exit: AfterWorkExit::Release,
 //!     release_on_shutdown: true,
+//!     preempt: false,
 //! };
 //! let shutdown = tokio_util::sync::CancellationToken::new();
 //! let (_yield_tx, yields) = tokio::sync::mpsc::channel(1);
@@ -135,6 +138,7 @@ pub use lease::{
     Acquire, Announcement, Candidate, Heartbeat, Holder, Lease, LeaseClient, LeaseError, LeaseKeys,
     LeaseSpec, Observed, ReleaseWatch, Roster, Term,
 };
+pub use lease::{Control, ControlMessage, ControlWatch, HandoverRequest, Reservation};
 pub use lock::{LeaseGuard, Locker, LossReason, WatchdogConfig};
 pub use redlock::RedlockClient;
 

@@ -20,7 +20,10 @@
 //!   term is valid, nodes that said "not ours" (the key expired while the node was slow or
 //!   away, or it restarted empty) are taken back for the term when the lease is free there
 //!   (and not quarantined), so that faults one after another do not wear the majority down.
-//! - **release**: compare-and-delete on every node (each publishes the release).
+//! - **release**: compare-and-delete on every node (each publishes the release); a reserved
+//!   release leaves a placeholder for the successor on each, so it alone wins a majority.
+//! - **control**: a handover request is written to every node and counts on a majority; the
+//!   leader listens on every node's control channel.
 //! - **observe**: the holder seen on a majority.
 //!
 //! Why fences strictly increase: the term with fence `M1` wrote a counter `>= M1` to a
@@ -50,6 +53,7 @@
 //! ```
 
 mod acquire;
+mod control;
 mod fence;
 mod observe;
 mod release;
@@ -66,8 +70,8 @@ use redis::{Client, Script};
 
 use crate::connector::ConnectError;
 use crate::lease::{
-    Acquire, Heartbeat, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed,
-    ReleaseWatch, Roster, Term,
+    Acquire, Control, ControlWatch, HandoverRequest, Heartbeat, Lease, LeaseClient, LeaseError,
+    LeaseKeys, LeaseSpec, Observed, ReleaseWatch, Reservation, Roster, Term,
 };
 
 /// A lease held on a majority of independent Redis masters (see the module docs).
@@ -202,8 +206,14 @@ impl Lease for RedlockClient {
     async fn renew(&self, term: &mut Term, budget: Duration) -> Result<(), LeaseError> {
         self.renew_round(term, budget).await
     }
-    async fn release(&self, term: &Term, budget: Duration) -> Result<bool, LeaseError> {
-        self.release_token(&term.token, self.per_node(budget)).await
+    async fn release_to(
+        &self,
+        term: &Term,
+        reservation: Option<Reservation<'_>>,
+        budget: Duration,
+    ) -> Result<bool, LeaseError> {
+        self.release_token(&term.token, reservation, self.per_node(budget))
+            .await
     }
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
         self.observe_round(budget).await
@@ -227,6 +237,16 @@ impl Lease for RedlockClient {
     }
     fn watch_releases(&self) -> ReleaseWatch {
         self.watch_all_releases()
+    }
+    async fn control(
+        &self,
+        op: Control<'_>,
+        budget: Duration,
+    ) -> Result<Option<HandoverRequest>, LeaseError> {
+        self.control_round(op, budget).await
+    }
+    fn watch_control(&self) -> ControlWatch {
+        ControlWatch::merge(self.nodes.iter().map(|n| n.lease.watch_control()).collect())
     }
     fn eviction_policies(
         &self,

@@ -1,6 +1,8 @@
 //! The chaos run: 5 real `leaderd` replicas, each talking to one real Redis through its own
 //! fault-injecting proxy, under random faults for a set time: SIGKILL and restart,
-//! SIGSTOP/SIGCONT, SIGTERM and restart, Redis restarts (losing its data), latency and cuts.
+//! SIGSTOP/SIGCONT, SIGTERM and restart, Redis restarts (losing its data), latency and cuts,
+//! `leaderd handover` with random targets (also faulted or missing ones), and restarts with
+//! another priority (every replica has `preempt: true`, so leadership follows priority).
 //! Then every term is rebuilt from the replicas' JSON logs and checked: no two claims
 //! overlap, fences strictly increase, and (exec mode) no child was alive outside its term.
 //! It prints the transitions, the faults and any violation, and draws the timeline as SVG.
@@ -20,8 +22,8 @@ use std::time::Duration;
 
 use chaos_common::report::{check_children, timeline_svg};
 use chaos_common::{
-    daemon_opts, ms, replica_of, ChaosWorld, Fault, Faults, Kind, Pending, ReplicaUndo, Replicas,
-    Settings, Timings, NAME, REPLICAS,
+    daemon_opts, handover_in_background, ms, priority_yaml, replica_of, ChaosWorld, Fault, Faults,
+    Kind, Pending, ReplicaUndo, Replicas, Settings, Timings, NAME, REPLICAS,
 };
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -41,6 +43,8 @@ const KINDS: &[Kind] = &[
     Kind::Latency,
     Kind::Cut,
     Kind::RedisRestart,
+    Kind::Handover,
+    Kind::Priority,
 ];
 
 #[test]
@@ -65,6 +69,9 @@ enum Undo {
     Latency(usize),
     Restore(usize),
     RedisStart,
+    Handover(std::thread::JoinHandle<Option<i32>>),
+    /// Restart replica `.0` with priority `.1`.
+    Priority(usize, u32),
 }
 
 /// One Redis, each replica talking to it through its own proxy.
@@ -74,19 +81,38 @@ struct World {
     replicas: Replicas,
     redis_busy: bool,
     pending: Pending<Undo>,
+    priorities: Vec<u32>,
+    /// A config for `leaderd handover`, straight to Redis (no proxy).
+    cli: (tempfile::TempDir, std::path::PathBuf),
 }
 
 impl World {
     fn start(s: &Settings) -> World {
         let redis = RedisServer::start();
         let proxies: Vec<Proxy> = (0..REPLICAS).map(|_| Proxy::start(redis.addr())).collect();
-        let replicas = Replicas::spawn(|i| daemon_opts(s, i, &proxies[i].url(), "", &TIMINGS));
+        let priorities: Vec<u32> = (0..REPLICAS as u32).map(|i| (i % 3) * 10).collect();
+        let replicas = Replicas::spawn(|i| {
+            daemon_opts(
+                s,
+                i,
+                &proxies[i].url(),
+                &priority_yaml(priorities[i]),
+                &TIMINGS,
+            )
+        });
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("cli.yaml");
+        let opts = daemon_opts(s, 0, &redis.url(), "", &TIMINGS);
+        let text = support::daemon::render_config(&opts, 0, &dir.path().join("leader"));
+        std::fs::write(&path, text).expect("write the CLI config");
         World {
             redis,
             proxies,
             replicas,
             redis_busy: false,
             pending: Pending::default(),
+            priorities,
+            cli: (dir, path),
         }
     }
 
@@ -119,14 +145,23 @@ impl ChaosWorld for World {
 
     fn inject(&mut self, rng: &mut StdRng, faults: &mut Faults) -> bool {
         let kind = match rng.random_range(0..100) {
-            0..=21 => Kind::Kill,
-            22..=43 => Kind::Stop,
-            44..=65 => Kind::Term,
-            66..=80 => Kind::Latency,
-            81..=95 => Kind::Cut,
+            0..=18 => Kind::Kill,
+            19..=37 => Kind::Stop,
+            38..=53 => Kind::Term,
+            54..=65 => Kind::Latency,
+            66..=77 => Kind::Cut,
+            78..=85 => Kind::Handover,
+            86..=95 => Kind::Priority,
             _ => Kind::RedisRestart,
         };
         let leader = self.leader();
+        if kind == Kind::Handover {
+            let (what, thread) = handover_in_background(&self.cli.1, "1s", rng);
+            let idx = faults.begin(kind, None, &what, true);
+            self.pending
+                .push(ms(rng, 1200, 1500), Undo::Handover(thread), idx);
+            return true;
+        }
         if kind == Kind::RedisRestart {
             if self.redis_busy || leader.is_none() {
                 return false;
@@ -153,6 +188,12 @@ impl ChaosWorld for World {
                 self.proxies[target].cut();
                 (ms(rng, 300, 3000), Undo::Restore(target))
             }
+            Kind::Priority => {
+                self.replicas.busy[target] = true;
+                self.replicas.daemons[target].signal(nix::sys::signal::Signal::SIGTERM);
+                let priority = rng.random_range(0..4) * 10;
+                (ms(rng, 300, 1000), Undo::Priority(target, priority))
+            }
             _ => {
                 let (due, undo) = self.replicas.hit(kind, target, rng);
                 (due, Undo::Replica(undo))
@@ -177,6 +218,18 @@ impl ChaosWorld for World {
                 Undo::RedisStart => {
                     self.redis.start_again();
                     self.redis_busy = false;
+                }
+                Undo::Handover(thread) => {
+                    let _ = thread.join();
+                }
+                Undo::Priority(i, priority) => {
+                    let d = &mut self.replicas.daemons[i];
+                    d.wait_exit(Duration::from_secs(5));
+                    let old = priority_yaml(self.priorities[i]);
+                    let yaml = d.opts().extra_yaml.replace(&old, &priority_yaml(priority));
+                    self.priorities[i] = priority;
+                    d.restart_with_yaml(&yaml);
+                    self.replicas.busy[i] = false;
                 }
             }
             faults.end(idx);

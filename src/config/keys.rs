@@ -37,6 +37,7 @@ const SCHEMA: &[(&str, &[&str])] = &[
             "on_lost",
             "health_check",
             "priority",
+            "preempt",
         ],
     ),
     (

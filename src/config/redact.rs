@@ -141,6 +141,7 @@ fn election(e: &ElectionConfig) -> Value {
         ("on_lost", text(name_of(ON_LOST, e.on_lost))),
         ("health_check", opt(e.health_check.as_ref(), health_check)),
         ("priority", Value::from(e.priority)),
+        ("preempt", Value::Bool(e.preempt)),
     ])
 }
 

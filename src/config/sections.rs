@@ -256,6 +256,7 @@ fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfi
             .unwrap_or(OnLost::Contend),
         health_check: health_check(r, &n),
         priority: r.get(r.file(&n, "priority"), v::priority).unwrap_or(0),
+        preempt: r.get(r.file(&n, "preempt"), v::boolean).unwrap_or(false),
     };
     super::rules::election(r, &cfg);
     cfg

@@ -303,6 +303,28 @@ impl ElectionEvents for Reporter {
         tracing::info!(event = "released", fence = term.fence, "released the lease");
     }
 
+    fn handover_requested(&self, request: &crate::lease::HandoverRequest) {
+        tracing::info!(
+            event = "handover_requested",
+            to = %request.to,
+            by = %request.by,
+            "handover to {} requested by {}",
+            request.to,
+            request.by
+        );
+    }
+
+    fn handover_refused(&self, request: &crate::lease::HandoverRequest, reason: &str) {
+        tracing::warn!(
+            event = "handover_refused",
+            to = %request.to,
+            by = %request.by,
+            reason,
+            "handover to {} refused: {reason}",
+            request.to
+        );
+    }
+
     /// The elector has finished.
     fn stopped(&self) {
         self.state.send_modify(|s| {

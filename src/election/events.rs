@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::StepDown;
-use crate::lease::{LeaseError, Observed, Term};
+use crate::lease::{HandoverRequest, LeaseError, Observed, Term};
 
 /// Receives every transition of the elector, in order. Every method does nothing by
 /// default, so an implementation picks what it needs. Calls are made from the elector's
@@ -43,6 +43,10 @@ pub trait ElectionEvents: Send + Sync {
     }
     /// The lease was released (or was no longer ours).
     fn released(&self, _term: &Term) {}
+    /// The leader received a handover request (before it checks it).
+    fn handover_requested(&self, _request: &HandoverRequest) {}
+    /// The leader refused a handover request, for `reason` (one line).
+    fn handover_refused(&self, _request: &HandoverRequest, _reason: &str) {}
     /// The elector has finished.
     fn stopped(&self) {}
 }

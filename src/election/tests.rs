@@ -190,7 +190,12 @@ impl Lease for FakeLease {
             _ => Err(LeaseError::Lost),
         }
     }
-    async fn release(&self, term: &Term, _: Duration) -> Result<bool, LeaseError> {
+    async fn release_to(
+        &self,
+        term: &Term,
+        _: Option<crate::lease::Reservation<'_>>,
+        _: Duration,
+    ) -> Result<bool, LeaseError> {
         self.check()?;
         let mine = self.live().is_some_and(|h| h.0 == term.token);
         if mine {
@@ -253,6 +258,7 @@ fn policy(on_lost: AfterLoss) -> Policy {
         on_lost,
         on_work_exit: AfterWorkExit::Release,
         release_on_shutdown: true,
+        preempt: false,
     }
 }
 

@@ -24,6 +24,8 @@ pub(crate) enum LeaseScript {
     Announce,
     /// `lua/candidate.lua`.
     Candidate,
+    /// `lua/handover.lua`.
+    Handover,
 }
 
 impl LeaseScript {
@@ -34,6 +36,7 @@ impl LeaseScript {
             LeaseScript::Release => "release",
             LeaseScript::Announce => "announce",
             LeaseScript::Candidate => "candidate",
+            LeaseScript::Handover => "handover",
         }
     }
 
@@ -53,11 +56,16 @@ impl LeaseScript {
                 c(&["PEXPIRE", lock, "1"]),
                 c(&["PUBLISH", chan, "x"]),
             ],
-            LeaseScript::Renew => vec![c(&["HGET", lock, "token"]), c(&["PEXPIRE", lock, "1"])],
+            LeaseScript::Renew => vec![
+                c(&["HGET", lock, "token"]),
+                c(&["PEXPIRE", lock, "1"]),
+                c(&["PTTL", &keys.handover]),
+            ],
             LeaseScript::Release => vec![
                 c(&["HGET", lock, "token"]),
                 c(&["DEL", lock]),
-                c(&["GET", fence]),
+                c(&["HSET", lock, "holder", "x"]),
+                c(&["PEXPIRE", lock, "1"]),
                 c(&["PUBLISH", chan, "x"]),
             ],
             LeaseScript::Candidate => vec![
@@ -69,6 +77,13 @@ impl LeaseScript {
                 c(&["PTTL", lock]),
                 c(&["HMGET", lock, "holder"]),
                 c(&["HSTRLEN", lock, "holder"]),
+            ],
+            LeaseScript::Handover => vec![
+                c(&["HMGET", &keys.handover, "id"]),
+                c(&["HSET", &keys.handover, "id", "x"]),
+                c(&["PEXPIRE", &keys.handover, "1"]),
+                c(&["DEL", &keys.handover]),
+                c(&["PUBLISH", &keys.control, "x"]),
             ],
             LeaseScript::Announce => vec![
                 c(&["HGET", lock, "token"]),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Acquire, Heartbeat, LeaseError, LeaseSpec, Observed, ReleaseWatch, Roster, Term};
+use super::{Control, ControlWatch, HandoverRequest, Reservation};
 
 /// A named lease that only its holder can extend or release, with fencing tokens.
 ///
@@ -51,6 +52,22 @@ pub trait Lease: Send + Sync + 'static {
         &self,
         term: &Term,
         budget: Duration,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send {
+        self.release_to(term, None, budget)
+    }
+
+    /// [`Lease::release`], reserving the lease for a successor when one is given: in the
+    /// same step the lease becomes a placeholder only `successor` may acquire for `window`,
+    /// and the release is published with `reserved_for` (contract, "Priority"), so exactly
+    /// one candidate contends instead of all of them.
+    ///
+    /// # Errors
+    /// `Unavailable` or `WrongType`.
+    fn release_to(
+        &self,
+        term: &Term,
+        reservation: Option<Reservation<'_>>,
+        budget: Duration,
     ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
 
     /// What holds the lease, without contending.
@@ -80,6 +97,27 @@ pub trait Lease: Send + Sync + 'static {
         beat: Heartbeat<'_>,
         budget: Duration,
     ) -> impl Future<Output = Result<Roster, LeaseError>> + Send;
+
+    /// The handover request key: write a request, read the pending one, or answer it (see
+    /// [`Control`]). Returns the pending request (for `Read`, and for a `Request` refused
+    /// because another one is pending). On Redlock a request counts on a majority of nodes.
+    ///
+    /// # Errors
+    /// `Unavailable` or `WrongType`.
+    fn control(
+        &self,
+        op: Control<'_>,
+        budget: Duration,
+    ) -> impl Future<Output = Result<Option<HandoverRequest>, LeaseError>> + Send {
+        let _ = (op, budget);
+        std::future::ready(Ok(None))
+    }
+
+    /// The control channel (handover requests and refusals), subscribed in the background
+    /// until the watch is dropped. Never changes by default.
+    fn watch_control(&self) -> ControlWatch {
+        ControlWatch::never()
+    }
 
     /// A watch that changes whenever a release of the lease is published (and at every loss
     /// of the subscription and resubscription, since a release may have been missed

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::reply::not_replicated;
 use super::{new_token, Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
-use super::{Heartbeat, ReleaseWatch, Roster};
+use super::{Control, ControlWatch, HandoverRequest, Heartbeat, ReleaseWatch, Reservation, Roster};
 use crate::lease::acl::LeaseScript;
 
 impl Lease for LeaseClient {
@@ -32,6 +32,7 @@ impl Lease for LeaseClient {
         let sent_wall = SystemTime::now();
         let mut call = self.renew.prepare_invoke();
         call.key(&self.keys.lock)
+            .key(&self.keys.handover)
             .arg(&term.token)
             .arg(self.ttl_ms());
         let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
@@ -39,7 +40,7 @@ impl Lease for LeaseClient {
         let (extended, acked): (i64, Option<i64>) = endpoint
             .call(timeout, |mut c| async move {
                 let extended: i64 = call.invoke_async(&mut c).await?;
-                if wanted == 0 || extended != 1 {
+                if wanted == 0 || extended == 0 {
                     return Ok((extended, None));
                 }
                 let budget = endpoint.wait_budget(timeout, sent);
@@ -48,8 +49,11 @@ impl Lease for LeaseClient {
             })
             .or_else(|f| self.fail(f, LeaseScript::Renew))
             .await?;
-        if extended != 1 {
+        if extended == 0 {
             return Err(LeaseError::Lost);
+        }
+        if extended == 2 {
+            self.poke_control();
         }
         if let Some(got) = acked.filter(|&n| n < i64::from(wanted)) {
             self.endpoint.reset().await;
@@ -66,16 +70,24 @@ impl Lease for LeaseClient {
         Ok(())
     }
 
-    async fn release(&self, term: &Term, budget: Duration) -> Result<bool, LeaseError> {
+    async fn release_to(
+        &self,
+        term: &Term,
+        reservation: Option<Reservation<'_>>,
+        budget: Duration,
+    ) -> Result<bool, LeaseError> {
         let timeout = Some(budget);
+        let (successor, window) = reservation
+            .map(|r| (r.successor, r.window.as_millis().max(1) as u64))
+            .unwrap_or(("", 0));
         let mut call = self.release.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.released)
             .key(&self.keys.fence)
             .arg(&term.token)
             .arg(&self.spec.holder)
-            .arg("")
-            .arg(0);
+            .arg(successor)
+            .arg(window);
         let released: i64 = self
             .endpoint
             .call(
@@ -135,6 +147,18 @@ impl Lease for LeaseClient {
 
     fn watch_releases(&self) -> ReleaseWatch {
         self.subscribe_releases()
+    }
+
+    async fn control(
+        &self,
+        op: Control<'_>,
+        budget: Duration,
+    ) -> Result<Option<HandoverRequest>, LeaseError> {
+        self.control_here(op, budget).await
+    }
+
+    fn watch_control(&self) -> ControlWatch {
+        self.subscribe_control()
     }
 
     fn eviction_policies(

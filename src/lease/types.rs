@@ -56,6 +56,8 @@ impl LeaseSpec {
             fence: format!("{base}:fence"),
             released: format!("{base}:released"),
             candidates: format!("{base}:candidates"),
+            control: format!("{base}:control"),
+            handover: format!("{base}:handover"),
         }
     }
 
@@ -82,6 +84,10 @@ pub struct LeaseKeys {
     pub released: String,
     /// The candidates' registry (a hash: identity -> JSON entry).
     pub candidates: String,
+    /// The channel handover requests and refusals are published on.
+    pub control: String,
+    /// A pending handover request (a hash `id`, `to`, `by` with the request's TTL).
+    pub handover: String,
 }
 
 /// One term of leadership held by this client.
@@ -111,6 +117,16 @@ impl Term {
     pub fn remaining(&self) -> Duration {
         self.valid_until.saturating_duration_since(Instant::now())
     }
+}
+
+/// A reserved release: the lease is kept for `successor` alone for `window` (the contract's
+/// `handover_window`), so that only it contends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation<'a> {
+    /// The identity that alone may acquire the lease within the window.
+    pub successor: &'a str,
+    /// How long the reservation stands.
+    pub window: std::time::Duration,
 }
 
 /// The holder of a lease, as observed.

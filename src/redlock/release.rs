@@ -7,12 +7,18 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::RedlockClient;
-use crate::lease::{Lease, LeaseError, ReleaseWatch, Term};
+use crate::lease::{Lease, LeaseError, ReleaseWatch, Reservation, Term};
 
 impl RedlockClient {
-    /// Deletes the lease of `token` on every node (each publishes the release). Returns
-    /// false when no node held it any more; `Unavailable` when no node answered.
-    pub(super) async fn release_token(&self, token: &str, t: Duration) -> Result<bool, LeaseError> {
+    /// Deletes the lease of `token` on every node (each publishes the release), reserving it
+    /// there for the successor if one is given. Returns false when no node held it any
+    /// more; `Unavailable` when no node answered.
+    pub(super) async fn release_token(
+        &self,
+        token: &str,
+        reservation: Option<Reservation<'_>>,
+        t: Duration,
+    ) -> Result<bool, LeaseError> {
         let term = Term {
             token: token.to_owned(),
             fence: 0,
@@ -21,7 +27,9 @@ impl RedlockClient {
             valid_until: Instant::now(),
             valid_until_wall: SystemTime::now(),
         };
-        let answers = self.all(|node| node.lease.release(&term, t)).await;
+        let answers = self
+            .all(|node| node.lease.release_to(&term, reservation, t))
+            .await;
         let mut released = false;
         let mut answered = 0;
         let mut errors = Vec::new();

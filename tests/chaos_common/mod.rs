@@ -75,6 +75,10 @@ pub enum Kind {
     NodeCut,
     MinorityStop,
     MinorityCut,
+    /// `leaderd handover` with a random `--to` (a replica, a missing one, or none).
+    Handover,
+    /// A replica restarted with another `election.priority` (preemption follows).
+    Priority,
 }
 
 impl Kind {
@@ -95,6 +99,8 @@ impl Kind {
             Kind::NodeCut => "node cut",
             Kind::MinorityStop => "2 nodes SIGSTOP",
             Kind::MinorityCut => "2 nodes cut",
+            Kind::Handover => "leaderd handover",
+            Kind::Priority => "priority change",
         }
     }
 
@@ -112,6 +118,8 @@ impl Kind {
             Kind::NodeCut => "#6a3d9a",
             Kind::MinorityStop => "#a6761d",
             Kind::MinorityCut => "#386cb0",
+            Kind::Handover => "#17becf",
+            Kind::Priority => "#bcbd22",
         }
     }
 
@@ -119,7 +127,13 @@ impl Kind {
     pub fn on_redis(self) -> bool {
         !matches!(
             self,
-            Kind::Kill | Kind::Stop | Kind::Term | Kind::Latency | Kind::Cut
+            Kind::Kill
+                | Kind::Stop
+                | Kind::Term
+                | Kind::Latency
+                | Kind::Cut
+                | Kind::Handover
+                | Kind::Priority
         )
     }
 }
@@ -487,6 +501,39 @@ impl Replicas {
             ReplicaUndo::Free(i) => self.busy[i] = false,
         }
     }
+}
+
+/// `election` YAML of replica `i` with `priority`: every replica preempts.
+pub fn priority_yaml(priority: u32) -> String {
+    format!("election:\n  preempt: true\n  priority: {priority}\n")
+}
+
+/// Starts `leaderd handover` (config `config`, timeout `timeout`) in the background with a
+/// random target: a replica (any, faulted or not), a missing one, or the best successor.
+/// Returns what it asked for and the thread (its exit code).
+pub fn handover_in_background(
+    config: &std::path::Path,
+    timeout: &str,
+    rng: &mut StdRng,
+) -> (String, std::thread::JoinHandle<Option<i32>>) {
+    let to = match rng.random_range(0..10) {
+        0..=5 => Some(format!("r{}", rng.random_range(0..REPLICAS))),
+        6..=7 => Some("ghost".to_string()),
+        _ => None,
+    };
+    let what = to
+        .as_ref()
+        .map_or("best successor".into(), |t| format!("--to {t}"));
+    let config = config.display().to_string();
+    let timeout = timeout.to_string();
+    let thread = std::thread::spawn(move || {
+        let mut args = vec!["handover", "--config", &config, "--timeout", &timeout];
+        if let Some(to) = &to {
+            args.extend(["--to", to.as_str()]);
+        }
+        crate::support::run_cli(&args, &[], Duration::from_secs(10)).code
+    });
+    (what, thread)
 }
 
 /// The replica a holder name (`r<i>`) stands for.

@@ -108,6 +108,16 @@ impl Daemon {
         self.status = None;
     }
 
+    /// Spawn again like [`Self::restart`], with `extra_yaml` replaced (e.g. a new priority).
+    pub fn restart_with_yaml(&mut self, extra_yaml: &str) {
+        self.kill();
+        self.opts.extra_yaml = extra_yaml.to_string();
+        let config = render_config(&self.opts, self.http_port, &self.leader_file());
+        std::fs::write(self.config_path(), config).expect("write config.yaml");
+        self.child = spawn_child(&self.opts, self.dir.path());
+        self.status = None;
+    }
+
     pub fn opts(&self) -> &DaemonOpts {
         &self.opts
     }

@@ -331,6 +331,11 @@ impl RespConn {
         self.read_reply()
     }
 
+    /// Read one more reply without sending anything (a subscriber's next message).
+    pub fn read_next(&mut self) -> io::Result<Reply> {
+        self.read_reply()
+    }
+
     fn read_line(&mut self) -> io::Result<String> {
         let mut line = Vec::new();
         let n = self.reader.read_until(b'\n', &mut line)?;

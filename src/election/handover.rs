@@ -1,0 +1,235 @@
+//! The leader's side of a handover (contract part 2, "Handover", "Priority"): checking a
+//! request, refusing or accepting it, and choosing the candidate a preempting leader hands
+//! over to.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{ElectionEvents, Timing};
+use crate::lease::{Control, ControlMessage, HandoverRequest, Heartbeat, Lease, Roster};
+
+/// Who a reserved release is for.
+pub(super) enum Successor {
+    /// The target of a handover or preemption.
+    Named(String),
+    /// The best successor, read afresh; `hint` (the last roster's) when the read fails.
+    Best { hint: Option<String> },
+}
+
+impl Successor {
+    /// The identity to reserve the release for, if any (`None` as well when no release
+    /// follows).
+    pub(super) async fn choose<L: Lease>(
+        self,
+        lease: &L,
+        budget: Duration,
+        release: bool,
+    ) -> Option<String> {
+        match self {
+            _ if !release => None,
+            Successor::Named(to) => Some(to),
+            Successor::Best { hint } => match lease.heartbeat(Heartbeat::Read, budget).await {
+                Ok(roster) => roster
+                    .best_successor(Some(lease.spec().holder.as_str()))
+                    .map(|c| c.identity.clone()),
+                Err(_) => hint,
+            },
+        }
+    }
+}
+
+/// `handover_window = min(retry_period, 1s)`: how long a reserved release stands.
+pub(super) fn window(t: &Timing) -> Duration {
+    t.retry_period.min(Duration::from_secs(1))
+}
+
+/// Handles one message of the control channel (`None`: read the request key). Returns the
+/// request and its target when the leader is to hand over; refuses (logged and answered)
+/// a request whose target is not a registered, healthy candidate other than the leader.
+/// `handled` is the last request seen (Redlock delivers each once per node).
+pub(super) async fn on_control<L: Lease, E: ElectionEvents>(
+    lease: &L,
+    budget: Duration,
+    reporter: &E,
+    msg: Option<ControlMessage>,
+    handled: &mut Option<String>,
+) -> Option<(HandoverRequest, String)> {
+    let request = match msg {
+        Some(ControlMessage::Request(r)) => r,
+        Some(ControlMessage::Refused { .. }) => return None,
+        None => match lease.control(Control::Read, budget).await {
+            Ok(found) => found?,
+            Err(err) => {
+                reporter.redis_failed(&err);
+                return None;
+            }
+        },
+    };
+    if handled.as_deref() == Some(request.id.as_str()) {
+        return None;
+    }
+    *handled = Some(request.id.clone());
+    reporter.handover_requested(&request);
+    let me = lease.spec().holder.as_str();
+    let checked = match lease.heartbeat(Heartbeat::Read, budget).await {
+        Ok(roster) => target(&roster, me, &request.to),
+        Err(err) => Err(format!("cannot read the candidates ({err})")),
+    };
+    match checked {
+        Ok(to) => Some((request, to)),
+        Err(reason) => {
+            reporter.handover_refused(&request, &reason);
+            let answer = Control::Answer(&request, Some(&reason));
+            if let Err(err) = lease.control(answer, budget).await {
+                reporter.redis_failed(&err);
+            }
+            None
+        }
+    }
+}
+
+/// The request is done (the lease was released for its target): delete it.
+pub(super) async fn accepted<L: Lease, E: ElectionEvents>(
+    lease: &L,
+    budget: Duration,
+    reporter: &E,
+    request: &HandoverRequest,
+) {
+    if let Err(err) = lease.control(Control::Answer(request, None), budget).await {
+        reporter.redis_failed(&err);
+    }
+}
+
+/// The target of a request to hand over to `to` (empty: the best successor), or why not.
+///
+/// # Errors
+/// The reason for the refusal, in one line.
+pub(crate) fn target(roster: &Roster, leader: &str, to: &str) -> Result<String, String> {
+    if to.is_empty() {
+        return match roster.best_successor(Some(leader)) {
+            Some(c) => Ok(c.identity.clone()),
+            None => Err("no healthy candidate besides the leader".into()),
+        };
+    }
+    if to == leader {
+        return Err(format!("{to} is the leader itself"));
+    }
+    match roster.candidates.iter().find(|c| c.identity == to) {
+        None => Err(format!("{to} is not a registered candidate")),
+        Some(c) if !c.healthy => Err(format!("{to} is not healthy")),
+        Some(_) => Ok(to.to_string()),
+    }
+}
+
+/// With `preempt`: the candidate to hand over to, if one with a higher priority than the
+/// leader's has been registered and healthy for a lease duration. The last roster is only a
+/// hint; the decision is made on a fresh read (Redis time on both sides).
+pub(super) async fn preempt<L: Lease>(
+    lease: &L,
+    t: &Timing,
+    candidates: &watch::Receiver<Roster>,
+) -> Option<String> {
+    let me = lease.spec().holder.as_str();
+    let hint = better(&candidates.borrow(), me, None).is_some();
+    if !hint {
+        return None;
+    }
+    let fresh = lease
+        .heartbeat(Heartbeat::Read, t.command_timeout)
+        .await
+        .ok()?;
+    better(&fresh, me, Some(t.lease_duration))
+}
+
+/// The best candidate with a priority above the leader's own entry, healthy (for at least
+/// `for_at_least` of Redis time, when given).
+fn better(roster: &Roster, leader: &str, for_at_least: Option<Duration>) -> Option<String> {
+    let own = roster.candidates.iter().find(|c| c.identity == leader)?;
+    let settled = |since: Option<u64>| match for_at_least {
+        None => true,
+        Some(d) => since.is_some_and(|s| s + d.as_millis() as u64 <= roster.now_ms),
+    };
+    let eligible = Roster {
+        now_ms: roster.now_ms,
+        lease: None,
+        candidates: roster
+            .candidates
+            .iter()
+            .filter(|c| c.priority > own.priority && settled(c.healthy_since_ms))
+            .cloned()
+            .collect(),
+    };
+    let best = eligible.best_successor(Some(leader));
+    best.map(|c| c.identity.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Candidate;
+
+    fn c(id: &str, healthy: bool, priority: u32, since: Option<u64>) -> Candidate {
+        Candidate {
+            identity: id.into(),
+            state: "follower".into(),
+            healthy,
+            priority,
+            address: None,
+            version: "v".into(),
+            started_at_ms: 0,
+            healthy_since_ms: since,
+            seen_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_request_names_a_registered_healthy_other_candidate() {
+        let r = Roster {
+            now_ms: 0,
+            lease: None,
+            candidates: vec![
+                c("a", true, 0, None),
+                c("b", true, 0, None),
+                c("x", false, 9, None),
+            ],
+        };
+        assert_eq!(target(&r, "a", "b"), Ok("b".into()));
+        assert_eq!(target(&r, "a", ""), Ok("b".into()));
+        assert_eq!(target(&r, "a", "a"), Err("a is the leader itself".into()));
+        assert_eq!(target(&r, "a", "x"), Err("x is not healthy".into()));
+        assert_eq!(
+            target(&r, "a", "zz"),
+            Err("zz is not a registered candidate".into())
+        );
+        let alone = Roster {
+            now_ms: 0,
+            lease: None,
+            candidates: vec![c("a", true, 0, None)],
+        };
+        assert_eq!(
+            target(&alone, "a", ""),
+            Err("no healthy candidate besides the leader".into())
+        );
+    }
+
+    #[test]
+    fn preemption_waits_for_a_lease_duration_of_health() {
+        let lease = Duration::from_millis(1000);
+        let mut r = Roster {
+            now_ms: 1500,
+            lease: None,
+            candidates: vec![
+                c("a", true, 5, Some(0)),
+                c("b", true, 9, Some(1000)),
+                c("c", true, 3, Some(0)),
+            ],
+        };
+        assert_eq!(better(&r, "a", None).as_deref(), Some("b"));
+        assert_eq!(better(&r, "a", Some(lease)), None);
+        r.now_ms = 2000;
+        assert_eq!(better(&r, "a", Some(lease)).as_deref(), Some("b"));
+        assert_eq!(better(&r, "b", Some(lease)), None);
+        assert_eq!(better(&r, "nobody", None), None);
+    }
+}

@@ -1,0 +1,259 @@
+//! Handover requests (contract part 2, "Handover"): the request key `<prefix>{<name>}:handover`
+//! and the control channel `<prefix>{<name>}:control` (`lua/handover.lua`), and the
+//! subscription that tells a leader of a request at once.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryFutureExt};
+use tokio::sync::{mpsc, watch};
+
+use super::{LeaseClient, LeaseError};
+use crate::lease::acl::LeaseScript;
+
+/// One request to hand the leadership over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandoverRequest {
+    /// Unique per request: answers name it.
+    pub id: String,
+    /// The candidate to hand over to.
+    pub to: String,
+    /// Who asked (for the logs).
+    pub by: String,
+}
+
+/// A message on the control channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlMessage {
+    /// `{"event":"handover","id","to","by"}`: someone asks the leader to hand over.
+    Request(HandoverRequest),
+    /// `{"event":"refused","id","to","by","reason"}`: the leader refused the request.
+    Refused {
+        /// The refused request.
+        request: HandoverRequest,
+        /// Why, in one line.
+        reason: String,
+    },
+}
+
+impl ControlMessage {
+    /// Parses one message; `None` for anything else.
+    pub fn parse(payload: &[u8]) -> Option<Self> {
+        let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+        let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+        let request = HandoverRequest {
+            id: s("id")?,
+            to: s("to").unwrap_or_default(),
+            by: s("by").unwrap_or_default(),
+        };
+        match v.get("event")?.as_str()? {
+            "handover" => Some(ControlMessage::Request(request)),
+            "refused" => Some(ControlMessage::Refused {
+                request,
+                reason: s("reason").unwrap_or_default(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What [`super::Lease::control`] does with the request key.
+#[derive(Debug, Clone, Copy)]
+pub enum Control<'a> {
+    /// Write a request (unless one is pending) with this TTL, and publish it.
+    Request(&'a HandoverRequest, Duration),
+    /// Read the pending request, if any.
+    Read,
+    /// Answer a request (the leader): delete it, and publish the refusal when there is a
+    /// reason (`None`: accepted).
+    Answer(&'a HandoverRequest, Option<&'a str>),
+}
+
+/// The control channel's messages, kept up in the background. A `None` from
+/// [`Self::changed`] means "read the request key": the subscription was (re)established, or a
+/// renew saw a pending request, so a message may have been missed.
+pub struct ControlWatch {
+    rxs: Vec<mpsc::Receiver<Option<ControlMessage>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ControlWatch {
+    /// A watch that never changes (a lease without a control channel).
+    pub fn never() -> Self {
+        ControlWatch {
+            rxs: Vec::new(),
+            tasks: Vec::new(),
+        }
+    }
+
+    /// One watch over several (Redlock: one per node).
+    pub(crate) fn merge(watches: Vec<ControlWatch>) -> Self {
+        let mut out = ControlWatch::never();
+        for mut w in watches {
+            out.rxs.append(&mut w.rxs);
+            out.tasks.append(&mut w.tasks);
+        }
+        out
+    }
+
+    /// The next message (`None`: read the request key). Never resolves without listeners.
+    pub async fn changed(&mut self) -> Option<ControlMessage> {
+        loop {
+            if self.rxs.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            let any = futures::future::select_all(self.rxs.iter_mut().map(|r| Box::pin(r.recv())));
+            let closed = match any.await {
+                (Some(msg), _, _) => return msg,
+                (None, i, _) => i,
+            };
+            self.rxs.remove(closed);
+        }
+    }
+}
+
+impl Drop for ControlWatch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl LeaseClient {
+    /// Subscribes to the control channel (see [`super::Lease::watch_control`]).
+    pub(crate) fn subscribe_control(&self) -> ControlWatch {
+        let (tx, rx) = mpsc::channel(16);
+        let task = tokio::spawn(listen(
+            self.endpoint.connector().clone(),
+            self.keys.control.clone(),
+            self.endpoint.connect_timeout(),
+            self.control_poke.subscribe(),
+            tx,
+        ));
+        ControlWatch {
+            rxs: vec![rx],
+            tasks: vec![task],
+        }
+    }
+
+    /// Tells the control watch to read the request key (a renew saw one pending).
+    pub(crate) fn poke_control(&self) {
+        self.control_poke.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// One operation on the request key of this Redis (see [`super::Lease::control`]).
+    pub(crate) async fn control_here(
+        &self,
+        op: Control<'_>,
+        budget: Duration,
+    ) -> Result<Option<HandoverRequest>, LeaseError> {
+        let mut call = self.handover.prepare_invoke();
+        call.key(&self.keys.handover).key(&self.keys.control);
+        match op {
+            Control::Request(r, ttl) => {
+                call.arg("request").arg(&r.id).arg(&r.to).arg(&r.by);
+                call.arg(ttl.as_millis().max(1) as u64)
+            }
+            Control::Read => call.arg("read"),
+            Control::Answer(r, reason) => call.arg("answer").arg(&r.id).arg(reason.unwrap_or("")),
+        };
+        let reply: Vec<redis::Value> = self
+            .endpoint
+            .call(Some(budget), |mut c| async move {
+                call.invoke_async(&mut c).await
+            })
+            .or_else(|f| self.fail(f, LeaseScript::Handover))
+            .await?;
+        let text =
+            |i: usize| -> Option<String> { redis::from_redis_value(reply.get(i)?.clone()).ok() };
+        let found = match (text(1), text(2), text(3)) {
+            (Some(id), Some(to), Some(by)) => Some(HandoverRequest { id, to, by }),
+            _ => None,
+        };
+        Ok(match op {
+            Control::Answer(..) => None,
+            _ => found,
+        })
+    }
+}
+
+/// Keeps a subscription to `channel` until `tx` is dropped, resubscribing after any loss
+/// of the connection; forwards every message, and a `None` at every (re)subscription and
+/// every poke.
+async fn listen(
+    connector: crate::connector::Connector,
+    channel: String,
+    limit: Duration,
+    mut poke: watch::Receiver<u64>,
+    tx: mpsc::Sender<Option<ControlMessage>>,
+) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let epoch = connector.epoch();
+        let subscribed = async {
+            let mut pubsub = connector.pubsub(limit).await?;
+            pubsub.subscribe(&channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        let Ok(Ok(pubsub)) = tokio::time::timeout(limit, subscribed).await else {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = poke.changed() => { let _ = tx.try_send(None); }
+                _ = tx.closed() => return,
+            }
+            pause = (pause * 2).min(Duration::from_secs(1));
+            continue;
+        };
+        pause = Duration::from_millis(50);
+        let _ = tx.try_send(None);
+        let mut messages = pubsub.into_on_message();
+        loop {
+            tokio::select! {
+                msg = messages.next() => match msg {
+                    Some(msg) => {
+                        if let Some(m) = ControlMessage::parse(msg.get_payload_bytes()) {
+                            let _ = tx.try_send(Some(m));
+                        }
+                    }
+                    None => break,
+                },
+                _ = poke.changed() => { let _ = tx.try_send(None); }
+                _ = tx.closed() => return,
+                // The master moved (Sentinel): subscribe on the new one.
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if connector.epoch() != epoch {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_requests_and_refusals() {
+        let r = br#"{"event":"handover","id":"1","to":"b","by":"ops"}"#;
+        let req = HandoverRequest {
+            id: "1".into(),
+            to: "b".into(),
+            by: "ops".into(),
+        };
+        assert_eq!(
+            ControlMessage::parse(r),
+            Some(ControlMessage::Request(req.clone()))
+        );
+        let f = br#"{"event":"refused","id":"1","to":"b","by":"ops","reason":"b is not healthy"}"#;
+        assert_eq!(
+            ControlMessage::parse(f),
+            Some(ControlMessage::Refused {
+                request: req,
+                reason: "b is not healthy".into()
+            })
+        );
+        assert_eq!(ControlMessage::parse(b"x"), None);
+    }
+}

@@ -1,0 +1,510 @@
+//! Handover and priority (contract part 2, "Handover", "Priority") against real Redis
+//! servers and real `leaderd` processes: `leaderd handover` with and without `--to`, every
+//! refusal with its exit code and nothing changed in Redis, the leader's own refusals (also
+//! of a request whose message was missed), exec mode's order, preemption, the reserved
+//! release after SIGTERM, a target that dies inside the window, and Redlock.
+
+mod daemon_common;
+mod exec_common;
+mod support;
+
+use std::io::Write;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use support::{run_cli, wait_until, Daemon, DaemonOpts, RedisServer, RespConn};
+
+const BOUND: Duration = Duration::from_secs(15);
+const POLL: Duration = Duration::from_millis(50);
+/// `lease_duration` of every daemon here.
+const LEASE_MS: u64 = 3000;
+
+fn seed(redis: &RedisServer, name: &str) {
+    let key = format!("leaderd:{{{name}}}:fence");
+    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A replica with `priority`; `election` is more YAML under `election:` (indented by 2).
+fn opts(url: &str, name: &str, id: &str, priority: u32, election: &str) -> DaemonOpts {
+    let mut o = DaemonOpts::new(name, id, url);
+    o.lease = "3s".into();
+    o.renew_deadline = "2s".into();
+    o.retry = "500ms".into();
+    o.extra_yaml = format!("election:\n  priority: {priority}\n{election}");
+    o
+}
+
+const UNHEALTHY: &str =
+    "  health_check:\n    command: [\"false\"]\n    period: 300ms\n    timeout: 200ms\n    failures: 1\n";
+
+/// `status --json` of the election, when it answers.
+fn status(d: &Daemon) -> Option<Value> {
+    serde_json::from_str(d.cli(&["status", "--json"]).stdout.trim()).ok()
+}
+
+/// The holder and fence, once `status` shows `n` candidates (`healthy` of them healthy)
+/// and a holder.
+fn settled(d: &Daemon, n: usize, healthy: usize) -> (String, u64) {
+    wait_until(BOUND, POLL, || {
+        let doc = status(d)?;
+        let list = doc["candidates"].as_array()?;
+        let ok = list.iter().filter(|c| c["healthy"] == Value::Bool(true));
+        if list.len() != n || ok.count() != healthy {
+            return None;
+        }
+        Some((doc["holder"].as_str()?.to_string(), doc["fence"].as_u64()?))
+    })
+    .unwrap_or_else(|| panic!("no holder with {n} candidates ({healthy} healthy) in time"))
+}
+
+/// A holder other than `not` with a fence above `above`, once there is one.
+fn new_leader(d: &Daemon, not: &str, above: u64) -> (String, u64) {
+    wait_until(BOUND, POLL, || {
+        let doc = status(d)?;
+        let holder = doc["holder"].as_str()?.to_string();
+        let fence = doc["fence"].as_u64()?;
+        (holder != not && fence > above).then_some((holder, fence))
+    })
+    .unwrap_or_else(|| panic!("no new leader besides {not} in time"))
+}
+
+/// What a refused or failed handover must leave alone: the lease's token and fence, the
+/// counter, and no request key.
+fn redis_state(redis: &RedisServer, name: &str) -> (String, String, String) {
+    let base = format!("leaderd:{{{name}}}");
+    let lock = redis.cmd(&["HMGET", &format!("{base}:lock"), "token", "fence"]);
+    let fence = redis.cmd(&["GET", &format!("{base}:fence")]);
+    let pending = redis.cmd(&["EXISTS", &format!("{base}:handover")]);
+    (lock, fence, pending)
+}
+
+fn handover(d: &Daemon, args: &[&str]) -> support::CliOutput {
+    let mut full = vec!["handover", "--identity", "ops"];
+    full.extend_from_slice(args);
+    d.cli(&full)
+}
+
+fn one_line(out: &support::CliOutput) -> String {
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on stderr: {out:?}");
+    lines[0].to_string()
+}
+
+fn events(d: &Daemon, name: &str) -> Vec<Value> {
+    d.events_named(name)
+}
+
+#[test]
+fn handover_to_a_named_target_then_to_the_best_successor() {
+    let redis = RedisServer::start();
+    let name = "hv";
+    seed(&redis, name);
+    let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 10, ""));
+    let c = Daemon::spawn(&opts(&redis.url(), name, "c", 20, ""));
+    let (from, f1) = settled(&a, 3, 3);
+    assert_eq!(from, "a");
+    let (_, metrics) = c.get("/metrics");
+    for reason in ["handover", "preempted"] {
+        let labels = [("reason", reason)];
+        let v = daemon_common::metric(&metrics, "leaderd_step_downs_total", &labels);
+        assert_eq!(v, Some(0.0), "{reason} at 0 from the start");
+    }
+
+    let out = handover(&a, &["--to", "b"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let line = out.stdout.trim();
+    let prefix = format!("{name}: handed over from a (fence {f1}) to b (fence ");
+    assert!(line.starts_with(&prefix), "{line}");
+    assert!(line.ends_with(" ms"), "{line}");
+    let (holder, f2) = new_leader(&a, "a", f1);
+    assert_eq!(holder, "b");
+    assert!(
+        line.contains(&format!("(fence {f2}) in ")),
+        "{line} vs fence {f2}"
+    );
+    let asked = &events(&a, "handover_requested")[0];
+    assert_eq!(
+        (asked["to"].as_str(), asked["by"].as_str()),
+        (Some("b"), Some("ops"))
+    );
+    let down = events(&a, "stepped_down");
+    assert_eq!(down[0]["reason"], "handover");
+
+    // Without --to: the best successor besides the leader b is c (priority 20).
+    let out = handover(&a, &["--json"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let doc: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(doc["name"], name);
+    assert_eq!(
+        (doc["from"].as_str(), doc["to"].as_str()),
+        (Some("b"), Some("c"))
+    );
+    assert_eq!(doc["from_fence"].as_u64(), Some(f2));
+    assert!(doc["to_fence"].as_u64().unwrap() > f2);
+    assert!(doc["elapsed_ms"].as_u64().is_some(), "{doc}");
+    assert_eq!(new_leader(&a, "b", f2).0, "c");
+}
+
+#[test]
+fn bad_requests_are_refused_in_one_line_and_change_nothing() {
+    let redis = RedisServer::start();
+    let name = "bad";
+    seed(&redis, name);
+    let mut a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
+    let _u = Daemon::spawn(&opts(&redis.url(), name, "u", 0, UNHEALTHY));
+    let (leader, _) = settled(&a, 3, 2);
+    assert_eq!(leader, "a");
+    let before = redis_state(&redis, name);
+
+    let refusals = [
+        ("nobody", "nobody is not a registered candidate"),
+        ("u", "u is not healthy"),
+        ("a", "a is the leader itself"),
+    ];
+    for (to, reason) in refusals {
+        let out = handover(&a, &["--to", to]);
+        assert_eq!(out.code, Some(4), "--to {to}: {out:?}");
+        assert!(one_line(&out).contains(reason), "--to {to}: {out:?}");
+        assert_eq!(redis_state(&redis, name), before, "--to {to} changed Redis");
+    }
+    let out = handover(&a, &["--to", "b", "--timeout", "soon"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(one_line(&out).contains("--timeout"), "{out:?}");
+
+    // Nobody leads another election: exit 3, nothing written.
+    let vacant = opts(&redis.url(), "vacant", "ops", 0, "");
+    let dir = tempfile::tempdir().unwrap();
+    let write = |file: &str, text: String| {
+        let path = dir.path().join(file);
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        path.display().to_string()
+    };
+    let cfg = |o: &DaemonOpts| support::daemon::render_config(o, 0, &dir.path().join("leader"));
+    let path = write("vacant.yaml", cfg(&vacant));
+    let out = run_cli(&["handover", "--config", &path], &[], BOUND);
+    assert_eq!(out.code, Some(3), "{out:?}");
+    assert!(one_line(&out).contains("nobody leads"), "{out:?}");
+    assert_eq!(redis.cmd(&["EXISTS", "leaderd:{vacant}:handover"]), "0");
+
+    // A priority out of range: exit 2, one line naming the key.
+    let path = write("prio.yaml", cfg(&opts(&redis.url(), name, "ops", 1001, "")));
+    let out = run_cli(&["handover", "--config", &path, "--to", "b"], &[], BOUND);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        one_line(&out).contains("election.priority: 1001 is out of range"),
+        "{out:?}"
+    );
+
+    // Redis unreachable: exit 1, one line.
+    let gone = format!("redis://127.0.0.1:{}", support::free_port());
+    let path = write("gone.yaml", cfg(&opts(&gone, name, "ops", 0, "")));
+    let out = run_cli(&["handover", "--config", &path, "--to", "b"], &[], BOUND);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    one_line(&out);
+    assert_eq!(
+        redis_state(&redis, name),
+        before,
+        "nothing changed in Redis"
+    );
+
+    // The leader's own check: a request written without the CLI (its message missed, so
+    // only renew.lua tells), and one published, for targets it refuses.
+    let key = format!("leaderd:{{{name}}}:handover");
+    let chan = format!("leaderd:{{{name}}}:control");
+    redis.cmd(&["HSET", &key, "id", "r1", "to", "ghost", "by", "raw"]);
+    redis.cmd(&["PEXPIRE", &key, "5000"]);
+    let refused = wait_until(BOUND, POLL, || {
+        events(&a, "handover_refused").first().cloned()
+    })
+    .expect("the leader refuses the missed request");
+    assert_eq!(
+        (refused["to"].as_str(), refused["by"].as_str()),
+        (Some("ghost"), Some("raw"))
+    );
+    assert!(refused["reason"]
+        .as_str()
+        .unwrap()
+        .contains("not a registered candidate"));
+    redis.cmd(&["HSET", &key, "id", "r2", "to", "u", "by", "raw"]);
+    redis.cmd(&["PEXPIRE", &key, "5000"]);
+    let msg = r#"{"event":"handover","id":"r2","to":"u","by":"raw"}"#;
+    redis.cmd(&["PUBLISH", &chan, msg]);
+    let refused = wait_until(BOUND, POLL, || {
+        events(&a, "handover_refused").get(1).cloned()
+    })
+    .expect("the leader refuses the published request");
+    assert!(refused["reason"]
+        .as_str()
+        .unwrap()
+        .contains("u is not healthy"));
+    wait_until(BOUND, POLL, || {
+        (redis.cmd(&["EXISTS", &key]) == "0").then_some(())
+    })
+    .expect("refused requests are deleted");
+    assert_eq!(
+        settled(&a, 3, 2).0,
+        "a",
+        "a refused request changes no leader"
+    );
+
+    // A leader that does not answer: the CLI times out (exit 1).
+    a.signal(Signal::SIGSTOP);
+    let out = handover(&a, &["--to", "b", "--timeout", "400ms"]);
+    a.signal(Signal::SIGCONT);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(one_line(&out).contains("timed out"), "{out:?}");
+    assert!(a.is_running());
+}
+
+#[test]
+fn exec_mode_stops_the_old_child_before_the_target_starts_its_own() {
+    let redis = RedisServer::start();
+    let name = "hvexec";
+    seed(&redis, name);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("children");
+    let with_child = |id: &str| {
+        let mut o = opts(&redis.url(), name, id, 0, "");
+        o.extra_yaml.push_str(exec_common::GRACE_300);
+        o.exec = exec_common::writer(&out, false);
+        o
+    };
+    let a = Daemon::spawn(&with_child("a"));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let b = Daemon::spawn(&with_child("b"));
+    let (_, f1) = settled(&a, 2, 2);
+    std::thread::sleep(Duration::from_millis(300));
+    let cli = handover(&a, &["--to", "b"]);
+    assert_eq!(cli.code, Some(0), "{cli:?}");
+    let (holder, f2) = new_leader(&a, "a", f1);
+    assert_eq!(holder, "b");
+    wait_until(BOUND, POLL, || {
+        let s = exec_common::spans(&out);
+        (s.get(&f2).is_some_and(|x| x.2 > 10)).then_some(s)
+    })
+    .expect("b's child runs");
+    let spans = exec_common::check_children(&[&a, &b], &out);
+    assert!(
+        spans[&f1].1 < spans[&f2].0,
+        "a's child ended before b's began: {spans:?}"
+    );
+}
+
+#[test]
+fn a_preempting_leader_hands_over_to_a_higher_priority_after_a_lease_duration() {
+    let redis = RedisServer::start();
+    let name = "preempt";
+    seed(&redis, name);
+    let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, "  preempt: true\n"));
+    let (_, f1) = wait_until(BOUND, POLL, || {
+        let s = settled(&a, 1, 1);
+        (s.0 == "a").then_some(s)
+    })
+    .unwrap();
+    let low = Daemon::spawn(&opts(&redis.url(), name, "low", 0, ""));
+    let started = now_ms();
+    let b = Daemon::spawn(&opts(&redis.url(), name, "b", 10, "  preempt: true\n"));
+    let (holder, _) = new_leader(&a, "a", f1);
+    assert_eq!(holder, "b");
+    let down = events(&a, "stepped_down");
+    assert_eq!(down[0]["reason"], "preempted", "{down:?}");
+    let ended = exec_common::u64_of(&down[0], "ended_at_ms");
+    assert!(
+        ended >= started + LEASE_MS,
+        "preempted {}ms after the candidate started: not before it was healthy for the lease",
+        ended - started
+    );
+    // b outranks everyone: it keeps the lease (no preemption back and forth).
+    std::thread::sleep(Duration::from_millis(2 * LEASE_MS));
+    assert_eq!(settled(&a, 3, 3).0, "b");
+    assert!(events(&b, "stepped_down").is_empty());
+    drop(low);
+}
+
+/// The payload of a subscriber's `message` push.
+fn payload(reply: support::Reply) -> Option<String> {
+    match reply {
+        support::Reply::Array(items) if items.len() == 3 => match &items[2] {
+            support::Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[test]
+fn sigterm_reserves_the_release_for_the_best_successor() {
+    let redis = RedisServer::start();
+    let name = "term";
+    seed(&redis, name);
+    let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let b = Daemon::spawn(&opts(&redis.url(), name, "b", 5, ""));
+    let _c = Daemon::spawn(&opts(&redis.url(), name, "c", 9, ""));
+    let _u = Daemon::spawn(&opts(&redis.url(), name, "u", 50, UNHEALTHY));
+    let (_, f1) = settled(&b, 4, 3);
+    let chan = format!("leaderd:{{{name}}}:released");
+    let mut conn = RespConn::connect(redis.addr(), BOUND).unwrap();
+    conn.call(&["SUBSCRIBE", &chan]).unwrap();
+    a.signal(Signal::SIGTERM);
+    let released = (0..8)
+        .filter_map(|_| conn.read_next().ok().and_then(payload))
+        .map(|text| serde_json::from_str::<Value>(&text).unwrap_or_default())
+        .find(|m| m["event"] == "released")
+        .expect("a release is published");
+    assert_eq!(released["holder"], "a");
+    assert_eq!(
+        released["reserved_for"], "c",
+        "the healthy highest priority: {released}"
+    );
+    assert_eq!(new_leader(&b, "a", f1).0, "c");
+}
+
+#[test]
+fn a_target_that_dies_in_the_window_still_leaves_a_leader() {
+    let redis = RedisServer::start();
+    let name = "dies";
+    seed(&redis, name);
+    let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
+    let c = Daemon::spawn(&opts(&redis.url(), name, "c", 0, ""));
+    let (_, f1) = settled(&a, 3, 3);
+    b.signal(Signal::SIGSTOP);
+    let asked = Instant::now();
+    let out = handover(&a, &["--to", "b", "--timeout", "3s"]);
+    let (holder, _) = new_leader(&c, "b", f1);
+    b.signal(Signal::SIGCONT);
+    assert!(holder == "a" || holder == "c", "{holder}");
+    assert!(asked.elapsed() < BOUND);
+    let down = events(&a, "stepped_down");
+    assert_eq!(down[0]["reason"], "handover", "{out:?}");
+}
+
+#[test]
+fn redlock_handover_reserves_on_a_majority() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let name = "rl";
+    for n in &nodes {
+        seed(n, name);
+    }
+    let urls: Vec<String> = nodes.iter().map(|n| format!("\"{}\"", n.url())).collect();
+    let redlock = |id: &str| {
+        let mut o = opts("", name, id, 0, "");
+        o.extra_yaml.push_str(&format!(
+            "redis:\n  mode: redlock\n  urls: [{}]\n",
+            urls.join(", ")
+        ));
+        o
+    };
+    let a = Daemon::spawn(&redlock("a"));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let _b = Daemon::spawn(&redlock("b"));
+    let _c = Daemon::spawn(&redlock("c"));
+    let (_, f1) = settled(&a, 3, 3);
+    let out = handover(&a, &["--to", "c", "--json"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let doc: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(
+        (doc["from"].as_str(), doc["to"].as_str()),
+        (Some("a"), Some("c"))
+    );
+    let (holder, f2) = new_leader(&a, "a", f1);
+    assert_eq!((holder.as_str(), Some(f2)), ("c", doc["to_fence"].as_u64()));
+    assert_eq!(events(&a, "stepped_down")[0]["reason"], "handover");
+}
+
+#[test]
+fn cluster_handover_goes_through_the_lease_shard() {
+    let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"];
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with_args(&args))
+        .collect();
+    let addrs: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let created = std::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run redis-cli --cluster create");
+    assert!(created.status.success(), "{created:?}");
+    let name = "clhv";
+    wait_until(BOUND, POLL, || {
+        let ok = servers
+            .iter()
+            .all(|s| s.cmd(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+        ok.then_some(())
+    })
+    .expect("the cluster is ok");
+    // The election exists already: seed the fence on the shard that owns it.
+    let fence = format!("leaderd:{{{name}}}:fence");
+    let seeded = servers
+        .iter()
+        .filter(|s| s.cmd(&["SET", &fence, "1000"]) == "OK")
+        .count();
+    assert_eq!(seeded, 1, "one shard owns the election's slot");
+    let urls: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.url())).collect();
+    let cluster = |id: &str| {
+        let mut o = opts("", name, id, 0, "");
+        let redis = format!("redis:\n  mode: cluster\n  urls: [{}]\n", urls.join(", "));
+        o.extra_yaml.push_str(&redis);
+        o
+    };
+    let a = Daemon::spawn(&cluster("a"));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let _b = Daemon::spawn(&cluster("b"));
+    let _c = Daemon::spawn(&cluster("c"));
+    let (_, f1) = settled(&a, 3, 3);
+    let out = handover(&a, &["--to", "c"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let (holder, _) = new_leader(&a, "a", f1);
+    assert_eq!(holder, "c");
+    assert_eq!(events(&a, "stepped_down")[0]["reason"], "handover");
+}
+
+#[test]
+fn sentinel_handover_with_replicas_acknowledging() {
+    let (servers, sentinels) =
+        support::sentinel::start_watched(&["--repl-diskless-sync-delay", "0"]);
+    let name = "snhv";
+    seed(&servers[0], name);
+    let urls: Vec<String> = sentinels.iter().map(support::Sentinel::url).collect();
+    let sentinel = |id: &str| {
+        let mut o = opts("", name, id, 0, "");
+        o.extra_yaml.push_str(&format!(
+            "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master_name: {}\n  min_replicas_ack: 1\n",
+            urls.join(", "),
+            support::sentinel::MASTER
+        ));
+        o
+    };
+    let a = Daemon::spawn(&sentinel("a"));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let _b = Daemon::spawn(&sentinel("b"));
+    let (_, f1) = settled(&a, 2, 2);
+    let out = handover(&a, &["--to", "b", "--json"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let (holder, f2) = new_leader(&a, "a", f1);
+    assert_eq!(holder, "b");
+    let doc: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(doc["to_fence"].as_u64(), Some(f2), "{doc}");
+}
