@@ -695,7 +695,7 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
     if release {
         let reservation = successor.as_deref().map(|successor| Reservation {
             successor,
-            window: handover::window(&policy.timing),
+            window: handover_window(&policy.timing),
         });
         match lease.release_to(term, reservation, budget).await {
             Ok(_) => reporter.released(term),

@@ -39,11 +39,6 @@ impl Successor {
     }
 }
 
-/// `handover_window = min(retry_period, 1s)`: how long a reserved release stands.
-pub(super) fn window(t: &Timing) -> Duration {
-    t.retry_period.min(Duration::from_secs(1))
-}
-
 /// Handles one message of the control channel (`None`: read the request key). Returns the
 /// request and its target when the leader is to hand over; refuses (logged and answered)
 /// a request whose target is not a registered, healthy candidate other than the leader.
