@@ -312,7 +312,11 @@ fn a_reserved_release_is_contended_only_by_its_successor() {
         "",
         "1",
     ]);
-    assert_eq!(granted.lines().next(), Some("1"), "the test leads: {granted}");
+    assert_eq!(
+        granted.lines().next(),
+        Some("1"),
+        "the test leads: {granted}"
+    );
     let followers: Vec<Daemon> = [("rs-five", 5), ("rs-ten", 10), ("rs-zero", 0)]
         .iter()
         .map(|(id, p)| Daemon::spawn(&user_opts(&redis, name, id, *p)))
