@@ -11,8 +11,9 @@
 //! - `chaos_long` (`cargo test --release --test chaos -- --ignored chaos_long --nocapture`):
 //!   `CHAOS_SECONDS` (default 1200) and at least 1,000 terms.
 //!
-//! Options (environment, see `tests/chaos_common`): `CHAOS_SEED`, `CHAOS_EXEC=1`, `CHAOS_OUT`
-//! (default `target/tmp/chaos-<short|long>`). The Sentinel and Redlock siblings:
+//! Options (environment, see `tests/chaos_common`): `CHAOS_SEED`, `CHAOS_EXEC=1`,
+//! `CHAOS_MIN_TRANSITIONS` (CI runs shorter), `CHAOS_OUT` (default
+//! `target/tmp/chaos-<short|long>`). The Sentinel and Redlock siblings:
 //! `tests/chaos_sentinel.rs`, `tests/chaos_redlock.rs`.
 
 mod chaos_common;

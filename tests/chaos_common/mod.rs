@@ -39,7 +39,8 @@ impl Settings {
         Settings {
             label,
             seconds: env_u64("CHAOS_SECONDS").unwrap_or(seconds),
-            min_transitions,
+            min_transitions: env_u64("CHAOS_MIN_TRANSITIONS")
+                .map_or(min_transitions, |n| n as usize),
             seed: env_u64("CHAOS_SEED").unwrap_or_else(|| rand::rng().random()),
             exec: std::env::var("CHAOS_EXEC").is_ok_and(|v| v == "1"),
             // Absolute: the replicas (and their exec-mode children) run in their own dirs.
