@@ -326,7 +326,12 @@ fn while_nobody_leads_connections_wait_up_to_connect_timeout() {
     let r2 = replica("proxy-wait-2", "b", &redis2, "  connect_timeout: 5s\n");
     wait_until(Duration::from_secs(5), STEP, || r2.daemon.status_doc()).unwrap();
     assert_eq!(ask(r2.proxy_port).as_deref(), Some("b"));
-    let acquired = r2.daemon.events_named("acquired");
+    // The `acquired` line may be written just after the term is published (and forwarded to).
+    let acquired = wait_until(Duration::from_secs(5), STEP, || {
+        let seen = r2.daemon.events_named("acquired");
+        (!seen.is_empty()).then_some(seen)
+    })
+    .expect("b logged its term");
     assert_eq!(acquired.len(), 1);
 }
 
