@@ -22,7 +22,8 @@
 //!
 //! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
 //! state channel), `exec` and `keeper` (the command run only while leading), `health`,
-//! `metrics`, `http`, `publish` (the leader file), `shutdown`, `logging`, `cli`, `hooks`
+//! `metrics`, `http`, `publish` (the leader file), `priority` (a lower CPU priority for threads whose
+//! work can wait), `shutdown`, `logging`, `cli`, `hooks`
 //! (commands run when leadership changes), `proxy` (the leader-aware TCP proxy).
 //!
 //! # A lock
@@ -121,6 +122,8 @@ mod logging;
 #[cfg(feature = "daemon")]
 #[doc(hidden)]
 pub mod metrics;
+#[cfg(feature = "daemon")]
+mod priority;
 #[cfg(feature = "daemon")]
 mod proxy;
 #[cfg(feature = "daemon")]
