@@ -11,6 +11,7 @@
 
 mod cluster;
 mod connection;
+mod failover;
 mod sentinel;
 mod spec;
 mod tls;

@@ -1,7 +1,7 @@
 //! Sentinel discovery: the master the Sentinels name, confirmed with `ROLE`, and the
-//! `+switch-master` announcements that drop connections made before a failover.
+//! failover announcements that drop connections made before a failover (`failover.rs`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use redis::{
     TlsCertificates, Value,
 };
 
+use super::failover::{self, Moves};
 use super::{conn_config, io_error};
 
 /// How to reach and authenticate with a data node (a master found through Sentinel).
@@ -55,8 +56,8 @@ pub struct SentinelConnector {
     master_name: String,
     node: NodeSettings,
     current: std::sync::Mutex<Option<(String, u16)>>,
-    /// Bumped at every `+switch-master` of our master that a Sentinel announces.
-    epoch: Arc<AtomicU64>,
+    /// The failovers of our master that a Sentinel announced.
+    moves: Arc<Moves>,
     watching: AtomicBool,
 }
 
@@ -69,12 +70,13 @@ impl SentinelConnector {
             master_name,
             node,
             current: std::sync::Mutex::new(None),
-            epoch: Arc::new(AtomicU64::new(0)),
+            moves: Arc::new(Moves::default()),
             watching: AtomicBool::new(false),
         }
     }
 
-    /// Changes whenever a Sentinel announces that the master moved (`+switch-master`), so
+    /// Changes whenever a Sentinel announces that the master moved (`+promoted-slave`,
+    /// `+switch-master`), so
     /// that connections made before are dropped even when the old master still answers (a
     /// demoted master keeps accepting writes until the Sentinels reconfigure it). The first
     /// call, inside a tokio runtime, starts listening to every Sentinel.
@@ -86,14 +88,14 @@ impl SentinelConnector {
                         rt.spawn(watch_switches(
                             sentinel.clone(),
                             self.master_name.clone(),
-                            Arc::downgrade(&self.epoch),
+                            Arc::downgrade(&self.moves),
                         ));
                     }
                 }
                 Err(_) => self.watching.store(false, Ordering::SeqCst),
             }
         }
-        self.epoch.load(Ordering::SeqCst)
+        self.moves.epoch()
     }
 
     /// The current master: its client and a connection to it on which `ROLE` said `master`.
@@ -104,7 +106,9 @@ impl SentinelConnector {
     /// No Sentinel answered, none knows the name, or the named master cannot be reached (its
     /// own error, e.g. a wrong password, is returned then).
     pub async fn master(&self, limit: Duration) -> RedisResult<(Client, MultiplexedConnection)> {
-        let (named, unknown, sentinel_err) = self.ask_sentinels(limit).await;
+        let (mut named, unknown, sentinel_err) = self.ask_sentinels(limit).await;
+        // Right after a failover, the Sentinel that made it knows better than the others.
+        self.moves.prefer_latest(&mut named);
         let mut master_err = None;
         for ((host, port), _) in named {
             match self.confirm(&host, port, limit).await {
@@ -221,14 +225,14 @@ impl SentinelConnector {
     }
 }
 
-/// Follows one Sentinel's `+switch-master` announcements and bumps `epoch` for ours, until
+/// Follows one Sentinel's announcements of a failover and records ours in `moves`, until
 /// the connector is gone.
-async fn watch_switches(sentinel: Client, master_name: String, epoch: Weak<AtomicU64>) {
+async fn watch_switches(sentinel: Client, master_name: String, moves: Weak<Moves>) {
     let mut pause = Duration::from_millis(100);
-    while epoch.strong_count() > 0 {
+    while moves.strong_count() > 0 {
         let subscribe = async {
             let mut pubsub = sentinel.get_async_pubsub().await?;
-            pubsub.subscribe("+switch-master").await?;
+            pubsub.subscribe(&failover::CHANNELS[..]).await?;
             Ok::<_, RedisError>(pubsub)
         };
         let Ok(Ok(pubsub)) = tokio::time::timeout(Duration::from_secs(2), subscribe).await else {
@@ -241,17 +245,18 @@ async fn watch_switches(sentinel: Client, master_name: String, epoch: Weak<Atomi
         loop {
             match tokio::time::timeout(Duration::from_secs(1), messages.next()).await {
                 Ok(Some(msg)) => {
-                    // "<master name> <old ip> <old port> <new ip> <new port>"
                     let payload: String = msg.get_payload().unwrap_or_default();
-                    if payload.split(' ').next() == Some(master_name.as_str()) {
-                        match epoch.upgrade() {
-                            Some(epoch) => epoch.fetch_add(1, Ordering::SeqCst),
-                            None => return,
-                        };
+                    let Some(mv) = failover::parse(msg.get_channel_name(), &payload, &master_name)
+                    else {
+                        continue;
+                    };
+                    match moves.upgrade() {
+                        Some(moves) => moves.heard(mv),
+                        None => return,
                     }
                 }
                 Ok(None) => break,
-                Err(_) if epoch.strong_count() == 0 => return,
+                Err(_) if moves.strong_count() == 0 => return,
                 Err(_) => {}
             }
         }
