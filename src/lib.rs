@@ -22,9 +22,9 @@
 //!
 //! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
 //! state channel), `exec` and `keeper` (the command run only while leading), `health`,
-//! `metrics`, `http`, `publish` (the leader file), `priority` (a lower CPU priority for threads whose
-//! work can wait), `shutdown`, `logging`, `cli`, `hooks`
-//! (commands run when leadership changes), `proxy` (the leader-aware TCP proxy).
+//! `metrics`, `http`, `publish` (the leader file), `priority` (a lower CPU priority for
+//! threads whose work can wait), `shutdown`, `logging`, `cli`, `hooks` (commands run when
+//! leadership changes), `proxy` (the leader-aware TCP proxy).
 //!
 //! # A lock
 //!

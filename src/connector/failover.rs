@@ -41,7 +41,8 @@ impl Moves {
         self.epoch.load(Ordering::SeqCst)
     }
 
-    /// Records a move and bumps the epoch (a move already known only bumps it).
+    /// Records a move as the latest, from now, and bumps the epoch. Each Sentinel announces
+    /// the same failover, so one failover bumps it several times.
     pub(crate) fn heard(&self, mv: Move) {
         if let Ok(mut latest) = self.latest.lock() {
             *latest = Some((mv, Instant::now()));

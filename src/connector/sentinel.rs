@@ -76,10 +76,10 @@ impl SentinelConnector {
     }
 
     /// Changes whenever a Sentinel announces that the master moved (`+promoted-slave`,
-    /// `+switch-master`), so
-    /// that connections made before are dropped even when the old master still answers (a
-    /// demoted master keeps accepting writes until the Sentinels reconfigure it). The first
-    /// call, inside a tokio runtime, starts listening to every Sentinel.
+    /// `+switch-master`), so that connections made before are dropped even when the old
+    /// master still answers (a demoted master keeps accepting writes until the Sentinels
+    /// reconfigure it). The first call, inside a tokio runtime, starts listening to every
+    /// Sentinel.
     pub fn epoch(&self) -> u64 {
         if !self.watching.swap(true, Ordering::SeqCst) {
             match tokio::runtime::Handle::try_current() {
