@@ -7,18 +7,20 @@
 -- the holder advertises ('' for none), ARGV[6] '1' to announce the grant here, '0' when the
 -- caller confirms it later (WAIT, Redlock: lua/announce.lua); until then the lease is marked
 -- unconfirmed and reported without a holder, so nobody names a leader whose term may be undone.
--- Returns {1, fence} when granted, {0, holder, fence, pttl_ms, address, reserved_for} when
--- held (holder '' while quarantined, reserved or unconfirmed; strings cut to their first
--- 256 bytes).
+-- Returns {1, fence} when granted ({1, fence, 1} when it took a reserved release that is
+-- not announced yet: the caller announces both with lua/announce.lua), {0, holder, fence,
+-- pttl_ms, address, reserved_for} when held (holder '' while quarantined, reserved or
+-- unconfirmed; strings cut to their first 256 bytes).
 -- A missing counter means a new election or lost data (we cannot tell which): seed the
 -- counter from the server clock in microseconds, so fences stay above any earlier ones, and
 -- quarantine the lease for one lease duration under an empty placeholder holder, so that no
 -- term can begin while a term granted before the loss may still be valid. A granted fence
 -- is also at least the server clock in microseconds.
 local ttl = redis.call('PTTL', KEYS[1])
+local pending = nil
 if ttl ~= -2 then
   local cur = redis.call('HMGET', KEYS[1], 'holder', 'fence', 'address', 'reserved_for',
-    'confirmed')
+    'confirmed', 'release_pending', 'released_by', 'released_fence')
   local reserved = cur[4] or ''
   if reserved == '' or reserved ~= ARGV[1] then
     local holder = cur[1] or ''
@@ -26,6 +28,7 @@ if ttl ~= -2 then
     return {0, string.sub(holder, 1, 256), tonumber(cur[2]) or 0, ttl,
       string.sub(cur[3] or '', 1, 256), string.sub(reserved, 1, 256)}
   end
+  if cur[6] == '1' then pending = {cur[7] or '', cur[8] or '0'} end
   redis.call('DEL', KEYS[1])
 end
 local fence = redis.call('INCR', KEYS[2])
@@ -51,6 +54,13 @@ if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'address', ARGV[5])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if pending then
+  -- The release taken over is not published yet: the caller announces both, the release
+  -- first (lua/announce.lua), once it has its reply.
+  redis.call('HSET', KEYS[1], 'release_pending', '1', 'released_by', pending[1],
+    'released_fence', pending[2])
+  return {1, fence, 1}
+end
 if ARGV[6] == '1' then
   -- Fences have 16 digits: cjson would print them rounded, so numbers are formatted here.
   redis.call('PUBLISH', KEYS[3], '{"event":"acquired","holder":' .. cjson.encode(ARGV[1]) ..

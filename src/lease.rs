@@ -28,6 +28,7 @@ mod control;
 mod foreign;
 mod interface;
 mod ops;
+mod pending;
 mod reply;
 mod types;
 mod wait;
@@ -48,17 +49,33 @@ pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Res
 pub(crate) use wait::{backoff, jittered};
 pub use watch::ReleaseWatch;
 
+/// The lease's Lua scripts (each hashed once, for every client).
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    announce: Script,
+    release_announce: Script,
+    candidate: Script,
+    handover: Script,
+}
+
+static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
+    acquire: Script::new(include_str!("../lua/acquire.lua")),
+    renew: Script::new(include_str!("../lua/renew.lua")),
+    release: Script::new(include_str!("../lua/release.lua")),
+    announce: Script::new(include_str!("../lua/announce.lua")),
+    release_announce: Script::new(include_str!("../lua/release_announce.lua")),
+    candidate: Script::new(include_str!("../lua/candidate.lua")),
+    handover: Script::new(include_str!("../lua/handover.lua")),
+});
+
 /// Client for one lease on one Redis endpoint.
 pub struct LeaseClient {
     spec: LeaseSpec,
     keys: LeaseKeys,
     endpoint: std::sync::Arc<Endpoint>,
-    acquire: Script,
-    renew: Script,
-    release: Script,
-    announce: Script,
-    candidate: Script,
-    handover: Script,
+    scripts: &'static Scripts,
     /// Poked when a renew sees a pending handover request (see [`ControlWatch`]).
     control_poke: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
@@ -105,12 +122,7 @@ impl LeaseClient {
             keys: spec.keys(),
             spec,
             endpoint,
-            acquire: Script::new(include_str!("../lua/acquire.lua")),
-            renew: Script::new(include_str!("../lua/renew.lua")),
-            release: Script::new(include_str!("../lua/release.lua")),
-            announce: Script::new(include_str!("../lua/announce.lua")),
-            candidate: Script::new(include_str!("../lua/candidate.lua")),
-            handover: Script::new(include_str!("../lua/handover.lua")),
+            scripts: &SCRIPTS,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
@@ -122,12 +134,7 @@ impl LeaseClient {
             keys: spec.keys(),
             spec,
             endpoint: self.endpoint.clone(),
-            acquire: self.acquire.clone(),
-            renew: self.renew.clone(),
-            release: self.release.clone(),
-            announce: self.announce.clone(),
-            candidate: self.candidate.clone(),
-            handover: self.handover.clone(),
+            scripts: self.scripts,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
         }
     }

@@ -212,7 +212,7 @@ impl Lease for RedlockClient {
         reservation: Option<Reservation<'_>>,
         budget: Duration,
     ) -> Result<bool, LeaseError> {
-        self.release_token(&term.token, reservation, self.per_node(budget))
+        self.release_token(&term.token, term.fence, reservation, self.per_node(budget))
             .await
     }
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {

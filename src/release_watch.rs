@@ -12,7 +12,8 @@ use crate::lease::Announcement;
 
 /// How the subscription is kept and checked.
 pub(crate) struct Listen {
-    pub channel: String,
+    /// The release channel and this replica's own one (a reserved release for it).
+    pub channels: Vec<String>,
     pub connect_timeout: Duration,
     /// A PING on the subscriber connection this often...
     pub ping_every: Duration,
@@ -36,7 +37,7 @@ pub(crate) async fn listen_with(
     let mut pause = Duration::from_millis(50);
     while !tx.is_closed() {
         let epoch = connector.epoch();
-        let subscribed = subscribe(&connector, &how.channel, how.connect_timeout);
+        let subscribed = subscribe(&connector, &how.channels, how.connect_timeout);
         match tokio::time::timeout(how.connect_timeout, subscribed).await {
             Ok(Ok(pubsub)) => {
                 pause = Duration::from_millis(50);
@@ -133,10 +134,10 @@ async fn listen(
 
 async fn subscribe(
     connector: &Connector,
-    channel: &str,
+    channels: &[String],
     limit: Duration,
 ) -> redis::RedisResult<redis::aio::PubSub> {
     let mut pubsub = connector.pubsub(limit).await?;
-    pubsub.subscribe(channel).await?;
+    pubsub.subscribe(channels).await?;
     Ok(pubsub)
 }

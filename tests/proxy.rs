@@ -243,8 +243,16 @@ fn with_on_change_close_connections_to_a_deposed_leader_close_before_its_release
         );
         assert!(rest.is_empty() || rest == b"bye\n", "{what}: {rest:?}");
     }
-    // On the old leader the local connection closed before the release was sent.
-    let events = rs[l].daemon.log_events();
+    // On the old leader the local connection closed before the release was sent (its line
+    // follows once the release is announced: a few ms).
+    let events = wait_until(Duration::from_secs(5), STEP, || {
+        let events = rs[l].daemon.log_events();
+        events
+            .iter()
+            .any(|e| event_name(e) == Some("released"))
+            .then_some(events)
+    })
+    .expect("the old leader logs its release");
     let pos = |name: &str| events.iter().position(|e| event_name(e) == Some(name));
     let (stepped, released) = (pos("stepped_down").unwrap(), pos("released").unwrap());
     let closed = events.iter().skip(stepped).position(|e| {

@@ -332,10 +332,11 @@ fn a_reserved_release_is_contended_only_by_its_successor() {
     let released = redis.cmd(&[
         "EVAL",
         release,
-        "3",
+        "4",
         &keys("lock"),
         &keys("released"),
         &keys("fence"),
+        &keys("released:rs-ten"),
         "test-token",
         "test-leader",
         "rs-ten",

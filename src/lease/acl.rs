@@ -22,6 +22,8 @@ pub(crate) enum LeaseScript {
     Release,
     /// `lua/announce.lua`.
     Announce,
+    /// `lua/release_announce.lua`.
+    ReleaseAnnounce,
     /// `lua/candidate.lua`.
     Candidate,
     /// `lua/handover.lua`.
@@ -35,6 +37,7 @@ impl LeaseScript {
             LeaseScript::Renew => "renew",
             LeaseScript::Release => "release",
             LeaseScript::Announce => "announce",
+            LeaseScript::ReleaseAnnounce => "release announce",
             LeaseScript::Candidate => "candidate",
             LeaseScript::Handover => "handover",
         }
@@ -67,6 +70,7 @@ impl LeaseScript {
                 c(&["HSET", lock, "holder", "x"]),
                 c(&["PEXPIRE", lock, "1"]),
                 c(&["PUBLISH", chan, "x"]),
+                c(&["PUBLISH", &keys.successor_channel("x"), "x"]),
             ],
             LeaseScript::Candidate => vec![
                 c(&["TIME"]),
@@ -88,6 +92,14 @@ impl LeaseScript {
             LeaseScript::Announce => vec![
                 c(&["HGET", lock, "token"]),
                 c(&["HSET", lock, "confirmed", "1"]),
+                c(&["HMGET", lock, "release_pending"]),
+                c(&["HDEL", lock, "release_pending"]),
+                c(&["PUBLISH", chan, "x"]),
+            ],
+            LeaseScript::ReleaseAnnounce => vec![
+                c(&["HMGET", lock, "release_pending"]),
+                c(&["PTTL", lock]),
+                c(&["HDEL", lock, "release_pending"]),
                 c(&["PUBLISH", chan, "x"]),
             ],
         }

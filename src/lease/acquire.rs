@@ -23,7 +23,7 @@ impl LeaseClient {
         let timeout = Some(budget);
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
-        let mut call = self.acquire.prepare_invoke();
+        let mut call = self.scripts.acquire.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.fence)
             .key(&self.keys.released)
@@ -49,7 +49,7 @@ impl LeaseClient {
             .await?;
         let acquired_at = SystemTime::now();
         match parse_acquire(reply)? {
-            AcquireReply::Granted(fence) => {
+            AcquireReply::Granted(fence, pending) => {
                 let validity = self.spec.lease_duration.saturating_sub(self.spec.drift());
                 let term = Term {
                     token,
@@ -62,7 +62,10 @@ impl LeaseClient {
                 if let Some(got) = acked.filter(|&n| n < i64::from(wanted)) {
                     return Err(self.undo_unreplicated(&term, wanted, got).await);
                 }
-                if acked.is_some() {
+                // Announced here after WAIT, or after taking a reserved release (the script
+                // left both announcements to this call so that the grant's reply comes
+                // before the other followers wake). Redlock announces after its majority.
+                if acked.is_some() || (announce && pending) {
                     self.announce(&term.token, fence, self.spec.command_timeout)
                         .await?;
                 }
@@ -81,7 +84,7 @@ impl LeaseClient {
         fence: u64,
         budget: Duration,
     ) -> Result<bool, LeaseError> {
-        let mut call = self.announce.prepare_invoke();
+        let mut call = self.scripts.announce.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.released)
             .arg(token)

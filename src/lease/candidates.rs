@@ -137,7 +137,7 @@ impl LeaseClient {
             Heartbeat::Write(c) => (self.spec.holder.clone(), c.to_json()),
             Heartbeat::Remove => (self.spec.holder.clone(), String::new()),
         };
-        let mut call = self.candidate.prepare_invoke();
+        let mut call = self.scripts.candidate.prepare_invoke();
         call.key(&self.keys.candidates)
             .key(&self.keys.lock)
             .arg(identity)

@@ -147,7 +147,7 @@ impl LeaseClient {
         op: Control<'_>,
         budget: Duration,
     ) -> Result<Option<HandoverRequest>, LeaseError> {
-        let mut call = self.handover.prepare_invoke();
+        let mut call = self.scripts.handover.prepare_invoke();
         call.key(&self.keys.handover).key(&self.keys.control);
         match op {
             Control::Request(r, ttl) => {

@@ -30,7 +30,7 @@ impl Lease for LeaseClient {
         let timeout = Some(budget);
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
-        let mut call = self.renew.prepare_invoke();
+        let mut call = self.scripts.renew.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.handover)
             .arg(&term.token)
@@ -80,10 +80,15 @@ impl Lease for LeaseClient {
         let (successor, window) = reservation
             .map(|r| (r.successor, r.window.as_millis().max(1) as u64))
             .unwrap_or(("", 0));
-        let mut call = self.release.prepare_invoke();
+        let successor_channel = match successor {
+            "" => String::new(),
+            s => self.keys.successor_channel(s),
+        };
+        let mut call = self.scripts.release.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.released)
             .key(&self.keys.fence)
+            .key(&successor_channel)
             .arg(&term.token)
             .arg(&self.spec.holder)
             .arg(successor)
@@ -96,6 +101,12 @@ impl Lease for LeaseClient {
             )
             .or_else(|f| self.fail(f, LeaseScript::Release))
             .await?;
+        if let (1, Some(r)) = (released, reservation) {
+            // Released already: a failure here only delays the others' news of it.
+            let _ = self
+                .follow_reserved_release(r.successor, term.fence, r.window)
+                .await;
+        }
         Ok(released == 1)
     }
 

@@ -28,7 +28,9 @@ pub(super) fn not_replicated(wanted: u32, got: i64, outcome: &str) -> LeaseError
 }
 
 pub(super) enum AcquireReply {
-    Granted(u64),
+    /// The fence, and whether the grant took a reserved release whose announcement is
+    /// still pending (the caller announces both).
+    Granted(u64, bool),
     Denied(Observed),
 }
 
@@ -47,9 +49,10 @@ pub(super) fn parse_acquire(reply: redis::Value) -> Result<AcquireReply, LeaseEr
         _ => String::new(),
     };
     match (items.first().and_then(int), items.len()) {
-        (Some(1), 2) => {
+        (Some(1), 2 | 3) => {
             let fence = int(&items[1]).ok_or_else(|| bad(&reply))?;
-            Ok(AcquireReply::Granted(fence as u64))
+            let pending = items.get(2).and_then(int) == Some(1);
+            Ok(AcquireReply::Granted(fence as u64, pending))
         }
         (Some(0), 6) => {
             let fence = int(&items[2]).ok_or_else(|| bad(&reply))?;

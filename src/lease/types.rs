@@ -90,6 +90,14 @@ pub struct LeaseKeys {
     pub handover: String,
 }
 
+impl LeaseKeys {
+    /// The channel on which a reserved release is told to `successor` alone, before it is
+    /// published on [`Self::released`] (so the successor acquires before the others wake).
+    pub fn successor_channel(&self, successor: &str) -> String {
+        format!("{}:{successor}", self.released)
+    }
+}
+
 /// One term of leadership held by this client.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Term {

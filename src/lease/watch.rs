@@ -13,7 +13,10 @@ impl LeaseClient {
         let (confirmed_tx, confirmed) = watch::channel(false);
         let connector = self.endpoint.connector().clone();
         let how = Listen {
-            channel: self.keys.released.clone(),
+            channels: vec![
+                self.keys.released.clone(),
+                self.keys.successor_channel(&self.spec.holder),
+            ],
             connect_timeout: self.endpoint.connect_timeout(),
             // A PING every half check, each given the other half: a silently dead
             // subscription is noticed within one `release_check` (a false alarm costs a

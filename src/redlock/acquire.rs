@@ -107,7 +107,7 @@ impl RedlockClient {
         };
         // Others saw the lease held by this attempt: release it as a term would, so
         // that they contend again at once.
-        let _ = self.release_token(&token, None, t).await;
+        let _ = self.release_token(&token, 0, None, t).await;
         Err(failure)
     }
 

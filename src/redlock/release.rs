@@ -16,12 +16,13 @@ impl RedlockClient {
     pub(super) async fn release_token(
         &self,
         token: &str,
+        fence: u64,
         reservation: Option<Reservation<'_>>,
         t: Duration,
     ) -> Result<bool, LeaseError> {
         let term = Term {
             token: token.to_owned(),
-            fence: 0,
+            fence,
             acquired_at: SystemTime::now(),
             last_sent: Instant::now(),
             valid_until: Instant::now(),

@@ -1,0 +1,222 @@
+//! A reserved release is told to the successor first (on its own channel) and published on
+//! the release channel exactly once, before the successor's `acquired`: by the successor's
+//! announcement, or by the releaser when the successor does not come or its term is undone.
+
+mod support;
+
+use std::time::Duration;
+
+use leaderd::{
+    Acquire, Announcement, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, Reservation, Term,
+};
+use serde_json::Value;
+use support::{RedisServer, Reply, RespConn};
+use tokio::time::timeout;
+
+const BOUND: Duration = Duration::from_secs(15);
+const WINDOW: Duration = Duration::from_secs(1);
+
+fn spec(name: &str, holder: &str) -> LeaseSpec {
+    let mut spec = LeaseSpec::new(name, holder, Duration::from_secs(10));
+    spec.command_timeout = Duration::from_millis(300);
+    spec
+}
+
+fn backend(redis: &RedisServer, name: &str, holder: &str, acks: u32) -> Backend {
+    let r = RedisSpec {
+        min_replicas_ack: acks,
+        ..RedisSpec::single(&redis.url())
+    };
+    Backend::connect(&r, spec(name, holder)).expect("url")
+}
+
+fn granted(outcome: Result<Acquire, LeaseError>) -> Term {
+    match outcome {
+        Ok(Acquire::Acquired(term)) => term,
+        other => panic!("expected the lease, got {other:?}"),
+    }
+}
+
+/// A raw subscriber to the release channel of `name`.
+fn subscriber(redis: &RedisServer, name: &str) -> RespConn {
+    subscribe(redis, &spec(name, "x").keys().released)
+}
+
+fn subscribe(redis: &RedisServer, channel: &str) -> RespConn {
+    let mut conn = RespConn::connect(redis.addr(), BOUND).expect("connect");
+    conn.call(&["SUBSCRIBE", channel]).expect("subscribed");
+    conn
+}
+
+/// Every message on `conn` until `quiet` passes without one (at most 20), as JSON.
+fn messages(conn: &mut RespConn, quiet: Duration) -> Vec<Value> {
+    conn.set_timeout(quiet).expect("timeout");
+    let mut seen = Vec::new();
+    while seen.len() < 20 {
+        let Ok(Reply::Array(items)) = conn.read_next() else {
+            break;
+        };
+        if let Some(Reply::Bulk(b)) = items.get(2) {
+            seen.push(serde_json::from_slice(b).unwrap_or(Value::Null));
+        }
+    }
+    seen
+}
+
+fn events(seen: &[Value]) -> Vec<(String, String)> {
+    seen.iter()
+        .map(|m| {
+            let s = |k: &str| m[k].as_str().unwrap_or("").to_string();
+            (s("event"), s("holder"))
+        })
+        .collect()
+}
+
+/// What a reserved release from `a` to `b` gave: a's term, what b heard, b's acquire.
+struct Handed {
+    term: Term,
+    heard: Option<Announcement>,
+    acquired: Result<Acquire, LeaseError>,
+}
+
+/// `a` takes the lease and releases it reserved for `b` (whose acquires need `b_acks`
+/// replicas), which acquires as soon as it hears; `sub` is drained of `a`'s `acquired`.
+async fn reserve_for_b(redis: &RedisServer, name: &str, b_acks: u32, sub: &mut RespConn) -> Handed {
+    redis.cmd(&["SET", &spec(name, "x").keys().fence, "1000"]);
+    let a = backend(redis, name, "a", 0);
+    let b = backend(redis, name, "b", b_acks);
+    let mut watch = b.watch_releases();
+    assert!(watch.confirmed_within(BOUND).await, "b subscribed");
+    let term = granted(a.try_acquire(a.default_budget()).await);
+    messages(sub, Duration::from_millis(200));
+    watch.mark_seen();
+    let reservation = Reservation {
+        successor: "b",
+        window: WINDOW,
+    };
+    let (released, (heard, acquired)) = tokio::join!(
+        a.release_to(&term, Some(reservation), a.default_budget()),
+        async {
+            let heard = timeout(BOUND, watch.changed()).await.expect("b hears");
+            (heard, b.try_acquire(b.default_budget()).await)
+        }
+    );
+    assert!(released.expect("released"), "a's term was released");
+    Handed {
+        term,
+        heard,
+        acquired,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_successor_hears_first_and_the_channel_gets_released_then_acquired() {
+    let redis = RedisServer::start();
+    let name = "sf-order";
+    let mut sub = subscriber(&redis, name);
+    let mut own = subscribe(&redis, &spec(name, "x").keys().successor_channel("b"));
+    let Handed {
+        term,
+        heard,
+        acquired,
+    } = reserve_for_b(&redis, name, 0, &mut sub).await;
+    let fence = granted(acquired).fence;
+    assert_eq!(
+        heard,
+        Some(Announcement::Released {
+            holder: "a".into(),
+            fence: term.fence,
+            reserved_for: Some("b".into())
+        }),
+        "b is told of its reservation"
+    );
+    assert!(fence > term.fence);
+    let seen = messages(&mut sub, Duration::from_millis(300));
+    assert_eq!(
+        events(&seen),
+        vec![
+            ("released".into(), "a".into()),
+            ("acquired".into(), "b".into())
+        ],
+        "the release once, then the successor's term: {seen:?}"
+    );
+    assert_eq!(seen[0]["reserved_for"], "b", "{seen:?}");
+    assert_eq!(seen[0]["fence"].as_u64(), Some(term.fence), "{seen:?}");
+    assert_eq!(seen[1]["fence"].as_u64(), Some(fence), "{seen:?}");
+    let told = messages(&mut own, Duration::from_millis(100));
+    assert_eq!(
+        events(&told),
+        vec![("released".into(), "a".into())],
+        "b's own channel: {told:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_that_does_not_come_leaves_the_announcement_to_the_releaser() {
+    let redis = RedisServer::start();
+    let name = "sf-absent";
+    redis.cmd(&["SET", &spec(name, "x").keys().fence, "1000"]);
+    let a = backend(&redis, name, "a", 0);
+    let c = backend(&redis, name, "c", 0);
+    let mut sub = subscriber(&redis, name);
+    let term = granted(a.try_acquire(a.default_budget()).await);
+    messages(&mut sub, Duration::from_millis(200));
+
+    let reservation = Reservation {
+        successor: "ghost",
+        window: WINDOW,
+    };
+    let released = timeout(
+        BOUND,
+        a.release_to(&term, Some(reservation), a.default_budget()),
+    )
+    .await
+    .expect("bounded");
+    assert!(released.expect("released"));
+    let seen = messages(&mut sub, Duration::from_millis(300));
+    assert_eq!(
+        events(&seen),
+        vec![("released".into(), "a".into())],
+        "published once by the releaser: {seen:?}"
+    );
+    assert_eq!(seen[0]["reserved_for"], "ghost", "{seen:?}");
+    // The reservation still holds everyone else off for its window, then anyone may.
+    assert!(matches!(
+        c.try_acquire(c.default_budget()).await,
+        Ok(Acquire::Denied(_))
+    ));
+    tokio::time::sleep(WINDOW).await;
+    let next = granted(c.try_acquire(c.default_budget()).await);
+    assert!(next.fence > term.fence);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_term_undone_for_want_of_replicas_still_gets_the_release_out_once() {
+    // A master without replicas: b's acquire (WAIT 1) takes the reservation and is undone.
+    let redis = RedisServer::start();
+    let name = "sf-undone";
+    let mut sub = subscriber(&redis, name);
+    let handed = reserve_for_b(&redis, name, 1, &mut sub).await;
+    assert!(handed.heard.is_some(), "b is told of its reservation");
+    assert!(
+        handed.acquired.is_err(),
+        "not acknowledged: {:?}",
+        handed.acquired
+    );
+    let seen = messages(&mut sub, Duration::from_millis(500));
+    let seen = events(&seen);
+    assert_eq!(
+        seen.first(),
+        Some(&("released".into(), "a".into())),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.iter().filter(|e| e.1 == "a").count(),
+        1,
+        "a's release once: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|e| e.0 == "released"),
+        "no term announced (the undo's own release may follow): {seen:?}"
+    );
+}
