@@ -166,15 +166,8 @@ mod tests {
 
     fn c(id: &str, healthy: bool, priority: u32, since: Option<u64>) -> Candidate {
         Candidate {
-            identity: id.into(),
-            state: "follower".into(),
-            healthy,
-            priority,
-            address: None,
-            version: "v".into(),
-            started_at_ms: 0,
             healthy_since_ms: since,
-            seen_at_ms: 0,
+            ..Candidate::example(id, healthy, priority)
         }
     }
 

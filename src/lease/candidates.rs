@@ -211,20 +211,32 @@ fn lease_of(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn c(id: &str, healthy: bool, priority: u32, seen: u64) -> Candidate {
+impl Candidate {
+    /// A follower entry for unit tests: everything else zero, empty or `"v"`.
+    pub(crate) fn example(identity: &str, healthy: bool, priority: u32) -> Candidate {
         Candidate {
-            identity: id.into(),
+            identity: identity.into(),
             state: "follower".into(),
             healthy,
             priority,
             address: None,
             version: "v".into(),
-            started_at_ms: 1,
+            started_at_ms: 0,
             healthy_since_ms: None,
+            seen_at_ms: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(id: &str, healthy: bool, priority: u32, seen: u64) -> Candidate {
+        Candidate {
+            started_at_ms: 1,
             seen_at_ms: seen,
+            ..Candidate::example(id, healthy, priority)
         }
     }
 
