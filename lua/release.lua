@@ -3,7 +3,8 @@
 -- KEYS[1] the lease hash, KEYS[2] the release channel, KEYS[3] the fencing counter (same
 -- hash tag; not read: the released term's fence is the counter's value, as every grant and
 -- Redlock's fence raise write both, and reading it would need GET beyond the minimal ACL),
--- KEYS[4] the successor's own channel (`<released>:<identity>`, '' for none).
+-- KEYS[4] the successor's own channel (`<released>:<identity>`; without it a reserved
+-- release is published on the release channel at once).
 -- ARGV[1] token, ARGV[2] holder identity, ARGV[3] successor ('' for none), ARGV[4] the
 -- reservation's TTL in ms (handover_window).
 -- A reserved release is told to the successor alone first: the placeholder keeps the
@@ -22,10 +23,13 @@ local channel = KEYS[2]
 if (ARGV[3] or '') ~= '' then
   reserved = cjson.encode(ARGV[3])
   redis.call('HSET', KEYS[1], 'holder', '', 'token', '', 'reserved_for', ARGV[3],
-    'fence', fence, 'released_by', ARGV[2], 'released_fence', fence,
-    'release_pending', '1')
+    'fence', fence)
+  if (KEYS[4] or '') ~= '' then
+    redis.call('HSET', KEYS[1], 'released_by', ARGV[2], 'released_fence', fence,
+      'release_pending', '1')
+    channel = KEYS[4]
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  channel = KEYS[4]
 end
 -- Fences have 16 digits: cjson would print them rounded, so numbers are formatted here.
 redis.call('PUBLISH', channel, '{"event":"released","holder":' .. cjson.encode(ARGV[2]) ..

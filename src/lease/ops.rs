@@ -80,16 +80,15 @@ impl Lease for LeaseClient {
         let (successor, window) = reservation
             .map(|r| (r.successor, r.window.as_millis().max(1) as u64))
             .unwrap_or(("", 0));
-        let successor_channel = match successor {
-            "" => String::new(),
-            s => self.keys.successor_channel(s),
-        };
         let mut call = self.scripts.release.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.released)
-            .key(&self.keys.fence)
-            .key(&successor_channel)
-            .arg(&term.token)
+            .key(&self.keys.fence);
+        if !successor.is_empty() {
+            // A key (same hash tag, for Cluster) though only published to.
+            call.key(self.keys.successor_channel(successor));
+        }
+        call.arg(&term.token)
             .arg(&self.spec.holder)
             .arg(successor)
             .arg(window);
