@@ -10,7 +10,8 @@
 //!   --nocapture`): `CHAOS_SECONDS` (default 1200) and at least 1,000 terms.
 //!
 //! Output: `target/tmp/chaos-sentinel-<short|long>/`. `CHAOS_SENTINEL_ACK` sets
-//! `min_replicas_ack` (default 1). `CHAOS_SENTINEL_FORCED=1` adds forced failovers
+//! `min_replicas_ack` (default 1), `CHAOS_SENTINEL_REPLICAS` the number of Redis replicas
+//! (default 2; with 1, `min_replicas_ack: 1` is every replica). `CHAOS_SENTINEL_FORCED=1` adds forced failovers
 //! (`SENTINEL FAILOVER`): with `min_replicas_ack` below the number of replicas they lose
 //! acknowledged acquires (the old master keeps taking writes that the other replica
 //! acknowledges until the Sentinels reconfigure it), so that run finds reused fences and
@@ -61,7 +62,8 @@ fn chaos_long_sentinel() {
 
 fn run(s: &Settings) {
     let mode = format!(
-        "{MODE}, min_replicas_ack {}, forced failovers {}",
+        "{MODE}, {} replicas, min_replicas_ack {}, forced failovers {}",
+        data_replicas(),
         min_replicas_ack(),
         if forced_failovers() { "on" } else { "off" }
     );
@@ -74,6 +76,15 @@ fn min_replicas_ack() -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1)
+}
+
+/// `CHAOS_SENTINEL_REPLICAS` (default 2, at least 1) Redis replicas of the master.
+fn data_replicas() -> usize {
+    std::env::var("CHAOS_SENTINEL_REPLICAS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+        .max(1)
 }
 
 /// `CHAOS_SENTINEL_FORCED=1` adds forced failovers (`SENTINEL FAILOVER`), which break the
@@ -105,12 +116,13 @@ impl World {
         // failover or a restart. And a replica loads a full sync from the socket: by default
         // (`repl-diskless-load disabled`) it writes it to `dump.rdb`, which a restart loads
         // even with `save ""`: a restart with old data (found by this run).
-        let (servers, sentinels) = support::sentinel::start_watched(&[
+        let args = [
             "--repl-diskless-sync-delay",
             "0",
             "--repl-diskless-load",
             "swapdb",
-        ]);
+        ];
+        let (servers, sentinels) = support::sentinel::start_watched_with(&args, data_replicas());
         // The election exists already (skip the first-start quarantine).
         let fence_key = format!("leaderd:{{{NAME}}}:fence");
         assert_eq!(servers[0].cmd(&["SET", &fence_key, "1000"]), "OK");

@@ -126,6 +126,11 @@ impl Drop for Sentinel {
 /// A master and two replicas of it (each started with `args`), in sync, and three Sentinels
 /// that see both replicas and each other.
 pub fn start_watched(args: &[&str]) -> (Vec<RedisServer>, Vec<Sentinel>) {
+    start_watched_with(args, 2)
+}
+
+/// [`start_watched`] with `replicas` replicas.
+pub fn start_watched_with(args: &[&str], replicas: usize) -> (Vec<RedisServer>, Vec<Sentinel>) {
     let master = RedisServer::start_with_args(args);
     let mport = master.port().to_string();
     let replica = || {
@@ -133,10 +138,11 @@ pub fn start_watched(args: &[&str]) -> (Vec<RedisServer>, Vec<Sentinel>) {
         with.extend(["--replicaof", "127.0.0.1", &mport]);
         RedisServer::start_with_args(&with)
     };
-    let servers = vec![master, replica(), replica()];
+    let mut servers = vec![master];
+    servers.extend((0..replicas).map(|_| replica()));
     let synced = wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
         let info = servers[0].cmd(&["INFO", "replication"]);
-        (info.matches("state=online").count() == 2).then_some(())
+        (info.matches("state=online").count() == replicas).then_some(())
     });
     assert!(synced.is_some(), "the replicas never got in sync");
     let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(servers[0].port())).collect();
@@ -144,13 +150,14 @@ pub fn start_watched(args: &[&str]) -> (Vec<RedisServer>, Vec<Sentinel>) {
         sentinels
             .iter()
             .all(|s| {
-                s.master_field("num-slaves") == "2" && s.master_field("num-other-sentinels") == "2"
+                s.master_field("num-slaves") == replicas.to_string()
+                    && s.master_field("num-other-sentinels") == "2"
             })
             .then_some(())
     });
     assert!(
         ready.is_some(),
-        "sentinels never saw 2 replicas and each other"
+        "sentinels never saw {replicas} replicas and each other"
     );
     (servers, sentinels)
 }
