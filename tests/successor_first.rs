@@ -7,7 +7,8 @@ mod support;
 use std::time::Duration;
 
 use leaderd::{
-    Acquire, Announcement, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, Reservation, Term,
+    Acquire, Announcement, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient,
+    Reservation, Term,
 };
 use serde_json::Value;
 use support::{RedisServer, Reply, RespConn};
@@ -219,4 +220,56 @@ async fn a_successor_term_undone_for_want_of_replicas_still_gets_the_release_out
         seen.iter().all(|e| e.0 == "released"),
         "no term announced (the undo's own release may follow): {seen:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redlock_every_node_tells_the_successor_first_then_announces_in_order() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let name = "sf-redlock";
+    for n in &nodes {
+        n.cmd(&["SET", &spec(name, "x").keys().fence, "1000"]);
+    }
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let a = RedlockClient::connect(&urls, spec(name, "a")).expect("redlock");
+    let b = RedlockClient::connect(&urls, spec(name, "b")).expect("redlock");
+    let mut watch = b.watch_releases();
+    assert!(
+        watch.confirmed_within(BOUND).await,
+        "b subscribed on every node"
+    );
+    let mut subs: Vec<RespConn> = nodes.iter().map(|n| subscriber(n, name)).collect();
+    let term = granted(a.try_acquire(a.default_budget()).await);
+    for sub in &mut subs {
+        messages(sub, Duration::from_millis(200));
+    }
+    watch.mark_seen();
+    let reservation = Reservation {
+        successor: "b",
+        window: WINDOW,
+    };
+    let (released, (heard, acquired)) = tokio::join!(
+        a.release_to(&term, Some(reservation), a.default_budget()),
+        async {
+            let heard = timeout(BOUND, watch.changed()).await.expect("b hears");
+            (heard, b.try_acquire(b.default_budget()).await)
+        }
+    );
+    assert!(released.expect("released"));
+    assert!(
+        matches!(&heard, Some(Announcement::Released { reserved_for: Some(s), .. }) if s == "b"),
+        "{heard:?}"
+    );
+    let fence = granted(acquired).fence;
+    assert!(fence > term.fence);
+    for (i, sub) in subs.iter_mut().enumerate() {
+        let seen = messages(sub, Duration::from_millis(300));
+        assert_eq!(
+            events(&seen),
+            vec![
+                ("released".into(), "a".into()),
+                ("acquired".into(), "b".into())
+            ],
+            "node {i}: {seen:?}"
+        );
+    }
 }
