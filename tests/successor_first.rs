@@ -86,10 +86,18 @@ async fn reserve_for_b(redis: &RedisServer, name: &str, b_acks: u32, sub: &mut R
     redis.cmd(&["SET", &spec(name, "x").keys().fence, "1000"]);
     let a = backend(redis, name, "a", 0);
     let b = backend(redis, name, "b", b_acks);
+    hand_over(&a, &b, std::slice::from_mut(sub)).await
+}
+
+/// `a` takes the lease and releases it reserved for `b`, which acquires as soon as it hears;
+/// every subscriber in `subs` is drained of `a`'s `acquired` first.
+async fn hand_over<L: Lease>(a: &L, b: &L, subs: &mut [RespConn]) -> Handed {
     let mut watch = b.watch_releases();
     assert!(watch.confirmed_within(BOUND).await, "b subscribed");
     let term = granted(a.try_acquire(a.default_budget()).await);
-    messages(sub, Duration::from_millis(200));
+    for sub in subs.iter_mut() {
+        messages(sub, Duration::from_millis(200));
+    }
     watch.mark_seen();
     let reservation = Reservation {
         successor: "b",
@@ -232,29 +240,12 @@ async fn on_redlock_every_node_tells_the_successor_first_then_announces_in_order
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let a = RedlockClient::connect(&urls, spec(name, "a")).expect("redlock");
     let b = RedlockClient::connect(&urls, spec(name, "b")).expect("redlock");
-    let mut watch = b.watch_releases();
-    assert!(
-        watch.confirmed_within(BOUND).await,
-        "b subscribed on every node"
-    );
     let mut subs: Vec<RespConn> = nodes.iter().map(|n| subscriber(n, name)).collect();
-    let term = granted(a.try_acquire(a.default_budget()).await);
-    for sub in &mut subs {
-        messages(sub, Duration::from_millis(200));
-    }
-    watch.mark_seen();
-    let reservation = Reservation {
-        successor: "b",
-        window: WINDOW,
-    };
-    let (released, (heard, acquired)) = tokio::join!(
-        a.release_to(&term, Some(reservation), a.default_budget()),
-        async {
-            let heard = timeout(BOUND, watch.changed()).await.expect("b hears");
-            (heard, b.try_acquire(b.default_budget()).await)
-        }
-    );
-    assert!(released.expect("released"));
+    let Handed {
+        term,
+        heard,
+        acquired,
+    } = hand_over(&a, &b, &mut subs).await;
     assert!(
         matches!(&heard, Some(Announcement::Released { reserved_for: Some(s), .. }) if s == "b"),
         "{heard:?}"
