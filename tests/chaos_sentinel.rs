@@ -2,7 +2,8 @@
 //! replicas, three redis-sentinel processes and 5 `leaderd` replicas, under random faults:
 //! the master SIGKILLed (and restarted empty) or SIGSTOPped, hence the Sentinels'
 //! failovers, a replica SIGKILLed and restarted, and the process faults on the
-//! leaderd replicas (SIGKILL, SIGSTOP, SIGTERM). Then the same global checks as
+//! leaderd replicas (SIGKILL, SIGSTOP, SIGTERM). Redis faults come one at a time, each
+//! followed by 1-5 s without one. Then the same global checks as
 //! `tests/chaos.rs` (shared harness: `tests/chaos_common`).
 //!
 //! - `chaos_short_sentinel` (CI): `CHAOS_SECONDS` (default 60) and at least 15 terms.
@@ -20,7 +21,7 @@
 mod chaos_common;
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chaos_common::{
     daemon_opts, ms, replica_of, ChaosWorld, Faults, Kind, Pending, ReplicaUndo, Replicas,
@@ -48,6 +49,10 @@ const KINDS: &[Kind] = &[
     Kind::ReplicaKill,
 ];
 const MODE: &str = "sentinel";
+/// The quiet time after a Redis fault ends, before the next (ms, uniform). Without it a
+/// new Redis fault began a few hundred ms after the last one ended, and with
+/// `min_replicas_ack` equal to the replicas the election stood still 96% of a long run.
+const REDIS_QUIET_MS: (u64, u64) = (1000, 5000);
 
 #[test]
 fn chaos_short_sentinel() {
@@ -107,6 +112,10 @@ struct World {
     sentinels: Vec<Sentinel>,
     replicas: Replicas,
     redis_busy: bool,
+    /// No Redis fault before this: the election gets a quiet time after each one.
+    redis_quiet_until: Instant,
+    /// The quiet time that follows the Redis fault under way.
+    redis_gap: Duration,
     pending: Pending<Undo>,
 }
 
@@ -138,6 +147,8 @@ impl World {
             sentinels,
             replicas,
             redis_busy: false,
+            redis_quiet_until: Instant::now(),
+            redis_gap: Duration::ZERO,
             pending: Pending::default(),
         }
     }
@@ -211,8 +222,18 @@ impl World {
             }
         };
         self.redis_busy = true;
+        self.redis_gap = ms(rng, REDIS_QUIET_MS.0, REDIS_QUIET_MS.1);
         self.pending.push(due, undo, idx);
         true
+    }
+
+    fn redis_fault_ended(&mut self) {
+        self.redis_busy = false;
+        self.redis_quiet_until = Instant::now() + self.redis_gap;
+    }
+
+    fn redis_free(&self) -> bool {
+        !self.redis_busy && Instant::now() >= self.redis_quiet_until
     }
 }
 
@@ -244,7 +265,7 @@ impl ChaosWorld for World {
         let master = self.master();
         let leader = self.leader(master);
         if kind.on_redis() {
-            if self.redis_busy || (kind != Kind::ReplicaKill && leader.is_none()) {
+            if !self.redis_free() || (kind != Kind::ReplicaKill && leader.is_none()) {
                 return false;
             }
             return self.redis_fault(kind, rng, faults);
@@ -272,13 +293,13 @@ impl ChaosWorld for World {
                         let _ = self.servers[i]
                             .try_cmd(&["REPLICAOF", "127.0.0.1", &port], Duration::from_secs(1));
                     }
-                    self.redis_busy = false;
+                    self.redis_fault_ended();
                 }
                 Undo::ServerCont(i) => {
                     self.servers[i].resume();
-                    self.redis_busy = false;
+                    self.redis_fault_ended();
                 }
-                Undo::Settled => self.redis_busy = false,
+                Undo::Settled => self.redis_fault_ended(),
             }
             faults.end(idx);
         }
