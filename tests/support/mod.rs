@@ -42,10 +42,39 @@ pub fn wait_until<T>(
     None
 }
 
-/// A port on 127.0.0.1 that was free a moment ago (bind port 0, read it, release it).
+/// A port on 127.0.0.1 that was free a moment ago, for a server a test starts.
+///
+/// Picked below the kernel's ephemeral range, so that no `connect()` and no `bind(0)` (of
+/// this process or any other) can take it between now and the server's own bind: port 0
+/// handed out such a port, and an outgoing connection took it before leaderd listened.
+/// Within this process each call gets a new port; processes start at different places.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 10_000;
+    let high = ephemeral_low().max(LOW);
+    let span = high - LOW;
+    if span < 1_000 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        return l.local_addr().expect("local_addr").port();
+    }
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let port = LOW + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = u16::try_from(port).expect("ports below the ephemeral range fit in u16");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 in {LOW}..{high}");
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// The minimal ACL line of the docs, as arguments, for `user` with `password`, without the

@@ -18,6 +18,9 @@ const CMD_TIMEOUT: Duration = Duration::from_secs(5);
 /// A redis-server child process on 127.0.0.1 with no persistence, killed on drop.
 pub struct RedisServer {
     port: u16,
+    /// The cluster bus port of a `--cluster-enabled` server, picked like `port` (Redis's
+    /// default, port + 10000, may lie in the kernel's ephemeral range).
+    cluster_port: Option<u16>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
     password: Option<String>,
@@ -49,8 +52,10 @@ impl RedisServer {
             .iter()
             .position(|a| a == "--requirepass")
             .and_then(|i| extra.get(i + 1).cloned());
+        let cluster = extra.iter().any(|a| a == "--cluster-enabled");
         let mut server = RedisServer {
             port: super::free_port(),
+            cluster_port: cluster.then(super::free_port),
             dir,
             extra,
             password,
@@ -61,7 +66,10 @@ impl RedisServer {
         for attempt in 0..5 {
             match server.try_spawn_and_wait() {
                 Ok(()) => return server,
-                Err(e) if e.addr_in_use && attempt < 4 => server.port = super::free_port(),
+                Err(e) if e.addr_in_use && attempt < 4 => {
+                    server.port = super::free_port();
+                    server.cluster_port = cluster.then(super::free_port);
+                }
                 Err(e) => panic!("{}", e.message),
             }
         }
@@ -194,6 +202,11 @@ impl RedisServer {
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--dir", &dir, "--daemonize", "no"])
             .args(["--protected-mode", "no"])
+            .args(
+                self.cluster_port
+                    .iter()
+                    .flat_map(|p| ["--cluster-port".to_string(), p.to_string()]),
+            )
             .args(&self.extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
