@@ -44,37 +44,51 @@ pub fn wait_until<T>(
 
 /// A port on 127.0.0.1 that was free a moment ago, for a server a test starts.
 ///
-/// Picked below the kernel's ephemeral range, so that no `connect()` and no `bind(0)` (of
-/// this process or any other) can take it between now and the server's own bind: port 0
-/// handed out such a port, and an outgoing connection took it before leaderd listened.
-/// Within this process each call gets a new port; processes start at different places.
+/// Never a port that another test process can be handed, nor one that port 0 or an
+/// outgoing connection can take: ports come from blocks below the kernel's ephemeral range,
+/// and a process owns a block while it holds a listener on the block's first port (the
+/// kernel frees it when the process ends), so test binaries can run side by side.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    const LOW: u32 = 10_000;
-    let high = ephemeral_low().max(LOW);
-    let span = high - LOW;
-    if span < 1_000 {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        return l.local_addr().expect("local_addr").port();
-    }
-    let start = std::process::id().wrapping_mul(7_919);
-    for _ in 0..span {
-        let port = LOW + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span;
-        let port = u16::try_from(port).expect("ports below the ephemeral range fit in u16");
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
+    static BLOCK: std::sync::Mutex<Option<(TcpListener, u32)>> = std::sync::Mutex::new(None);
+    let mut block = BLOCK.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..PORT_BLOCK * 8 {
+        if let Some((owner, next)) = block.as_mut() {
+            let first = u32::from(owner.local_addr().expect("local_addr").port());
+            while *next < first + PORT_BLOCK {
+                let port = u16::try_from(*next).expect("below the ephemeral range");
+                *next += 1;
+                if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                    return port;
+                }
+            }
         }
+        let owner = claim_port_block();
+        let first = u32::from(owner.local_addr().expect("local_addr").port());
+        *block = Some((owner, first + 1));
     }
-    panic!("no free port on 127.0.0.1 in {LOW}..{high}");
+    panic!("no free port on 127.0.0.1 below the ephemeral range");
 }
 
-/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
-fn ephemeral_low() -> u32 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+/// Ports per block of `free_port`.
+const PORT_BLOCK: u32 = 64;
+
+/// Binds the first port of a block nobody owns (searching from a place of this process's).
+fn claim_port_block() -> TcpListener {
+    const LOW: u32 = 10_000;
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
+        .unwrap_or(32_768u32);
+    let blocks = high.saturating_sub(LOW) / PORT_BLOCK;
+    assert!(
+        blocks > 8,
+        "the ephemeral range starts at {high}: no room below it"
+    );
+    let start = std::process::id().wrapping_mul(7_919);
+    (0..blocks)
+        .map(|i| LOW + (start.wrapping_add(i) % blocks) * PORT_BLOCK)
+        .find_map(|first| TcpListener::bind(("127.0.0.1", first as u16)).ok())
+        .expect("a free block of ports below the ephemeral range")
 }
 
 /// The minimal ACL line of the docs, as arguments, for `user` with `password`, without the
