@@ -58,8 +58,7 @@ pub(crate) async fn bind_http(config: &Config) -> Result<Option<TcpListener>, Da
     let Some(addr) = config.publish.http_addr else {
         return Ok(None);
     };
-    TcpListener::bind(addr)
-        .await
+    crate::http::listen(addr)
         .map(Some)
         .map_err(|cause| DaemonError::Listen {
             addr: addr.to_string(),

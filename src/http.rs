@@ -23,6 +23,8 @@ pub use crate::config::ReadyWhen;
 use crate::metrics::Metrics;
 use crate::state::{Phase, Progress, Snapshot, StatusDoc};
 
+pub(crate) use server::listen;
+
 /// The content type of the Prometheus text format.
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 

@@ -77,8 +77,7 @@ pub async fn bind(config: &Config) -> Result<Option<TcpListener>, ProxyError> {
     let Some(addr) = config.proxy.listen else {
         return Ok(None);
     };
-    TcpListener::bind(addr)
-        .await
+    crate::http::listen(addr)
         .map(Some)
         .map_err(|cause| ProxyError::Listen {
             addr: addr.to_string(),

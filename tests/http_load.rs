@@ -334,3 +334,79 @@ fn an_idle_keep_alive_connection_outlives_the_head_timeout() {
         String::from_utf8_lossy(&buf[..n])
     );
 }
+
+/// hyper's own 30 s header timer does not close an idle keep-alive connection early: it
+/// answers after 35 s without traffic, and one left alone is closed at 60 s, not before.
+#[test]
+fn an_idle_keep_alive_connection_is_closed_at_60_s_not_30() {
+    let redis = RedisServer::start();
+    let d = start_leader(&redis, "");
+    let get = b"GET /leader HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut buf = [0u8; 4096];
+    let mut answered = |s: &mut TcpStream| {
+        s.write_all(get).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200")
+    };
+    let mut asks = connect(d.http_addr());
+    let mut waits = connect(d.http_addr());
+    assert!(answered(&mut asks) && answered(&mut waits));
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(35));
+    assert!(answered(&mut asks), "answered after 35 s idle");
+    std::thread::sleep(Duration::from_secs(57).saturating_sub(t0.elapsed()));
+    assert!(
+        !closed_within(&mut waits, Duration::from_millis(200)),
+        "open after 57 s idle"
+    );
+    assert!(
+        closed_within(&mut waits, Duration::from_secs(8)),
+        "closed at 60 s idle"
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_secs(59),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+/// An `/events` client that does not read is closed once a few documents wait for it: the
+/// kernel's send buffer does not grow to hold hundreds of them first. Here renewals every
+/// 50 ms change the document; the client's own receive buffer is small.
+#[test]
+fn an_events_client_that_does_not_read_is_closed_after_a_few_documents() {
+    let redis = RedisServer::start();
+    let mut opts = DaemonOpts::new("sse", "pod-a", &redis.url());
+    (opts.retry, opts.command_timeout) = ("50ms".into(), "40ms".into());
+    let d = Daemon::spawn(&opts);
+    wait_until(Duration::from_secs(10), STEP, || leading(&d).then_some(())).expect("pod-a leads");
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket
+        .connect_timeout(&d.http_addr().into(), Duration::from_secs(2))
+        .unwrap();
+    let mut s: TcpStream = socket.into();
+    s.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    // Unread, at ~20 documents a second: 300 documents (about 150 KB) are offered.
+    std::thread::sleep(Duration::from_secs(15));
+    let mut got = Vec::new();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let closed = (0..10_000).any(|_| {
+        let mut buf = [0u8; 16 * 1024];
+        match s.read(&mut buf) {
+            Ok(0) => true,
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                false
+            }
+            Err(e) => e.kind() == ErrorKind::ConnectionReset,
+        }
+    });
+    let docs = String::from_utf8_lossy(&got).matches("\ndata:").count();
+    assert!(closed, "the stream is closed ({docs} documents read)");
+    assert!(docs < 150, "{docs} documents were held for the client");
+    assert!(leading(&d), "the leader went on");
+    assert_eq!(step_downs(&d), 0);
+}

@@ -28,6 +28,28 @@ pub(crate) const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 pub(crate) const RESERVED_FDS: u64 = 32;
 /// Pause after an accept error (EMFILE and the like) before accepting again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// The kernel's send buffer of each connection (Linux doubles it for its bookkeeping). Left
+/// to autotuning it grows to megabytes for a client that does not read, so an `/events`
+/// stream nobody reads would hold thousands of documents before its queue filled.
+const SEND_BUFFER_BYTES: usize = 16 * 1024;
+/// Connections the kernel completes before the accept loop takes them (128 by default): a
+/// burst of clients waits there instead of retrying its SYN a second later.
+pub(crate) const LISTEN_BACKLOG: u32 = 1024;
+
+/// Listens on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as `TcpListener::bind`).
+///
+/// # Errors
+/// The address is taken, not ours, or of no family this host has.
+pub(crate) fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// One connection's handle, in every request's extensions: cancelling `close` drops the
 /// connection (an `/events` client that does not read).
@@ -112,6 +134,7 @@ async fn serve_connection(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER_BYTES);
     let handle = ConnHandle {
         close: CancellationToken::new(),
     };
@@ -136,6 +159,9 @@ async fn serve_connection(
     builder
         .timer(TokioTimer::new())
         .max_buf_size(MAX_HEADER_BYTES)
+        // The watchdog times heads and idle connections; hyper's own header timer (30 s by
+        // default) would close an idle keep-alive connection before IDLE_TIMEOUT.
+        .header_read_timeout(None)
         .keep_alive(true);
     let io = TokioIo::new(Watched::new(stream, activity.clone()));
     let conn = builder.serve_connection(io, service);
