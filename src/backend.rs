@@ -111,6 +111,12 @@ impl Lease for Backend {
         }
     }
 
+    async fn release_strays(&self, budget: Duration) -> usize {
+        match self {
+            Backend::Redis(l) => l.release_strays(budget).await,
+            Backend::Redlock(l) => l.release_strays(budget).await,
+        }
+    }
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
         match self {
             Backend::Redis(l) => l.observe(budget).await,

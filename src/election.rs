@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{
-    backoff, jittered, Acquire, Announcement, Holder, Lease, LeaseError, Observed, Roster, Term,
+    jittered, Acquire, Announcement, Holder, Lease, LeaseError, Observed, Roster, Term,
 };
 use crate::lease::{HandoverRequest, Reservation};
 use crate::state::TermView;
@@ -237,7 +237,6 @@ async fn follow<L: Lease, E: ElectionEvents>(
 ) -> Option<Term> {
     let t = policy.timing;
     let me = lease.spec().holder.as_str();
-    let mut failures = 0u32;
     // Subscribed before the first read, so that the subscription's wake-up is no news; and
     // what was published or read while we led (our own term's messages) is none either.
     if !releases.is_confirmed() {
@@ -268,20 +267,22 @@ async fn follow<L: Lease, E: ElectionEvents>(
                 Sight::unknown(Instant::now() + jittered(t.retry_period, t.jitter))
             }
             Ok(Acquire::Denied(seen)) => {
-                failures = 0;
                 if contend {
                     reporter.acquire_result(AcquireResult::Held);
                 }
                 reporter.observed(&seen);
+                if disowned(lease, held_by(&seen), me, t.command_timeout).await {
+                    continue;
+                }
                 Sight::read(seen, sent, jittered(t.retry_period, t.jitter))
             }
             Err(err) => {
-                failures += 1;
                 if contend {
                     reporter.acquire_result(AcquireResult::Error);
                 }
                 reporter.redis_failed(&err);
-                Sight::unknown(Instant::now() + backoff(t.retry_period, failures))
+                // Redis cannot be reached: poll every retry_period with jitter (contract).
+                Sight::unknown(Instant::now() + jittered(t.retry_period, t.jitter))
             }
         };
         loop {
@@ -301,11 +302,19 @@ async fn follow<L: Lease, E: ElectionEvents>(
                     reporter.attempted();
                 }
                 msg = releases.changed() => {
+                    if let Some(Announcement::Acquired { holder, .. }) = &msg {
+                        if disowned(lease, Some(holder), me, t.command_timeout).await {
+                            break;
+                        }
+                    }
                     if heard(msg, &mut sight, me, contend, &t, reporter) == Next::Attempt {
                         break;
                     }
                 }
                 Some(read) = roster_lease(&mut inputs.candidates) => {
+                    if disowned(lease, held_by(&read.0), me, t.command_timeout).await {
+                        break;
+                    }
                     if sight.take_read(read, me, contend, reporter) == Next::Attempt {
                         break;
                     }
@@ -316,6 +325,16 @@ async fn follow<L: Lease, E: ElectionEvents>(
             }
         }
     }
+}
+
+/// Whether the lease is seen held by this replica, which leads nothing, and releasing the
+/// grants it may hold without knowing it ([`Lease::release_strays`]) freed the lease.
+async fn disowned<L: Lease>(lease: &L, holder: Option<&str>, me: &str, budget: Duration) -> bool {
+    holder == Some(me) && lease.release_strays(budget).await > 0
+}
+
+fn held_by(seen: &Observed) -> Option<&str> {
+    seen.holder().map(|h| h.holder.as_str())
 }
 
 /// What a follower knows of the lease between two attempts.
@@ -702,6 +721,7 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
             Err(err) => reporter.redis_failed(&err),
         }
     }
+    reporter.step_down_done(term, reason);
 }
 
 async fn unhealthy(healthy: &mut watch::Receiver<bool>) {

@@ -30,6 +30,7 @@ mod interface;
 mod ops;
 mod pending;
 mod reply;
+mod strays;
 mod types;
 mod wait;
 mod watch;
@@ -46,7 +47,7 @@ pub use control::{Control, ControlMessage, ControlWatch, HandoverRequest};
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
 pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Reservation, Term};
-pub(crate) use wait::{backoff, jittered};
+pub(crate) use wait::jittered;
 pub use watch::ReleaseWatch;
 
 /// The lease's Lua scripts (each hashed once, for every client).
@@ -78,6 +79,8 @@ pub struct LeaseClient {
     scripts: &'static Scripts,
     /// Poked when a renew sees a pending handover request (see [`ControlWatch`]).
     control_poke: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// Grants this client may hold without knowing it (see [`Lease::release_strays`]).
+    strays: std::sync::Arc<strays::Strays>,
 }
 
 impl LeaseClient {
@@ -124,6 +127,7 @@ impl LeaseClient {
             endpoint,
             scripts: &SCRIPTS,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
+            strays: Default::default(),
         }
     }
 
@@ -136,6 +140,7 @@ impl LeaseClient {
             endpoint: self.endpoint.clone(),
             scripts: self.scripts,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
+            strays: Default::default(),
         }
     }
 
@@ -156,6 +161,12 @@ impl LeaseClient {
 
     fn ttl_ms(&self) -> u64 {
         self.spec.lease_duration.as_millis() as u64
+    }
+
+    /// Keeps the token of a grant this client may hold without knowing it, for a few
+    /// lease durations.
+    fn stray(&self, token: &str) {
+        self.strays.remember(token, self.spec.lease_duration * 4);
     }
 
     /// A failed script call as the error to return, naming the ACL permission it lacked

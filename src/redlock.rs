@@ -218,6 +218,11 @@ impl Lease for RedlockClient {
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
         self.observe_round(budget).await
     }
+    async fn release_strays(&self, budget: Duration) -> usize {
+        let t = self.per_node(budget);
+        let released = self.all(|node| node.lease.release_strays(t)).await;
+        released.into_iter().sum()
+    }
     async fn heartbeat(&self, beat: Heartbeat<'_>, budget: Duration) -> Result<Roster, LeaseError> {
         let t = self.per_node(budget);
         let answers = self.all(|node| node.lease.heartbeat_here(beat, t)).await;

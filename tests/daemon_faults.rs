@@ -408,3 +408,48 @@ fn hung_redis_leader_steps_down_by_its_deadline_and_a_leader_returns() {
     let terms = c.check_safety();
     fences_increase(&terms);
 }
+
+/// A Redis frozen past the lease runs, when it resumes, what it was sent meanwhile: a
+/// follower's acquire that timed out grants a term nobody claims, a stepped-down leader's
+/// renew extends its dead term. The replica that sees its own identity hold the lease
+/// releases such grants (it kept their tokens), so a leader follows within a few attempts,
+/// not a whole lease later; and a leader whose step-down is done reads `follower` while
+/// Redis is still away, not `stepping_down`.
+#[test]
+fn a_redis_frozen_past_the_lease_leaves_no_term_held_for_nobody() {
+    let c = Cluster::start("ghost", 3, false, "");
+    let l = c.wait_agreed_leader(&c.all(), SLOW);
+    wait_event(&c.daemons[l], "renewed", 1, Duration::from_secs(5));
+    let frozen = Instant::now();
+    c.redis.pause();
+    wait_event(&c.daemons[l], "stepped_down", 1, Duration::from_secs(5));
+    let state = wait_until(Duration::from_secs(1), POLL, || {
+        let doc = c.daemons[l].status_doc()?;
+        (doc["state"] == "follower").then_some(doc)
+    });
+    assert!(
+        state.is_some(),
+        "after its step-down, with Redis away: {:?}",
+        c.daemons[l].status_doc()
+    );
+    // Lease 2 s: every grant made before the freeze has expired when it resumes.
+    std::thread::sleep(Duration::from_millis(3500).saturating_sub(frozen.elapsed()));
+    c.redis.resume();
+    let resumed = Instant::now();
+    let leading = wait_until(Duration::from_secs(5), POLL, || {
+        c.all().into_iter().find(|&i| {
+            c.daemons[i]
+                .status_doc()
+                .is_some_and(|d| d["is_leader"] == true)
+        })
+    });
+    let took = resumed.elapsed();
+    assert!(leading.is_some(), "nobody leads after the freeze");
+    // A term held for nobody would keep everyone out for its whole lease (2 s).
+    assert!(
+        took < Duration::from_millis(1200),
+        "a leader only {took:?} after Redis resumed"
+    );
+    let terms = c.check_safety();
+    fences_increase(&terms);
+}

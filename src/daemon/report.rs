@@ -303,6 +303,22 @@ impl ElectionEvents for Reporter {
         tracing::info!(event = "released", fence = term.fence, "released the lease");
     }
 
+    /// A completed step-down is a follower's state, even before Redis answers again (a
+    /// shutdown's ends as `stopped` instead).
+    fn step_down_done(&self, _term: &Term, reason: StepDown) {
+        if reason == StepDown::Shutdown {
+            return;
+        }
+        self.state.send_if_modified(|s| {
+            let ending = s.phase == Phase::SteppingDown;
+            if ending {
+                with_phase(s, Phase::Follower);
+                s.observed_at = SystemTime::now();
+            }
+            ending
+        });
+    }
+
     fn handover_requested(&self, request: &crate::lease::HandoverRequest) {
         tracing::info!(
             event = "handover_requested",

@@ -43,6 +43,10 @@ pub trait ElectionEvents: Send + Sync {
     }
     /// The lease was released (or was no longer ours).
     fn released(&self, _term: &Term) {}
+    /// The step-down is complete: the work has stopped and the release, if one was due, was
+    /// sent, whatever came of it (Redis may not have answered). Next the elector follows
+    /// again, or stops ([`stopped`](Self::stopped)).
+    fn step_down_done(&self, _term: &Term, _reason: StepDown) {}
     /// The leader received a handover request (before it checks it).
     fn handover_requested(&self, _request: &HandoverRequest) {}
     /// The leader refused a handover request, for `reason` (one line).

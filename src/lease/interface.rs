@@ -74,6 +74,17 @@ pub trait Lease: Send + Sync + 'static {
         budget: Duration,
     ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
 
+    /// Releases (compare-and-delete, announced) the grants this client may hold without
+    /// knowing it: acquires whose reply never came and terms whose release failed. A Redis
+    /// that was frozen runs what it was sent when it resumes, so such a grant can appear
+    /// (or be extended) later, holding the lease for nobody. Call it when the lease is seen
+    /// held under this replica's own identity while it leads nothing. Returns how many it
+    /// released; none by default.
+    fn release_strays(&self, budget: Duration) -> impl Future<Output = usize> + Send {
+        let _ = budget;
+        std::future::ready(0)
+    }
+
     /// What holds the lease, without contending.
     ///
     /// # Errors

@@ -22,8 +22,14 @@ impl Lease for LeaseClient {
 
     async fn try_acquire(&self, budget: Duration) -> Result<Acquire, LeaseError> {
         let announce = self.endpoint.min_replicas_ack() == 0;
-        self.try_acquire_with_token(new_token(), budget, announce)
-            .await
+        let token = new_token();
+        let outcome = self
+            .try_acquire_with_token(token.clone(), budget, announce)
+            .await;
+        if matches!(outcome, Err(LeaseError::Unavailable(_))) {
+            self.stray(&token); // sent, perhaps, and run later
+        }
+        outcome
     }
 
     async fn renew(&self, term: &mut Term, budget: Duration) -> Result<(), LeaseError> {
@@ -99,7 +105,8 @@ impl Lease for LeaseClient {
                 |mut c| async move { call.invoke_async(&mut c).await },
             )
             .or_else(|f| self.fail(f, LeaseScript::Release))
-            .await?;
+            .await
+            .inspect_err(|_| self.stray(&term.token))?;
         if let (1, Some(r)) = (released, reservation) {
             // Released already: a failure here only delays the others' news of it.
             let _ = self
@@ -107,6 +114,28 @@ impl Lease for LeaseClient {
                 .await;
         }
         Ok(released == 1)
+    }
+
+    async fn release_strays(&self, budget: Duration) -> usize {
+        let mut released = 0;
+        for token in self.strays.current() {
+            match self.release(&Term::unclaimed(&token, 0), budget).await {
+                Ok(true) => {
+                    self.strays.forget(&token);
+                    released += 1;
+                }
+                Ok(false) => {} // not this one, or not run yet
+                Err(_) => break,
+            }
+        }
+        if released > 0 {
+            tracing::info!(
+                event = "stray_released",
+                released,
+                "released a grant of this replica's that it never claimed (an acquire or release Redis ran after its timeout)"
+            );
+        }
+        released
     }
 
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {

@@ -125,6 +125,19 @@ impl Term {
     pub fn remaining(&self) -> Duration {
         self.valid_until.saturating_duration_since(Instant::now())
     }
+
+    /// A term known only by its token (and fence), already invalid: to release a grant
+    /// this replica never claimed.
+    pub(crate) fn unclaimed(token: &str, fence: u64) -> Term {
+        Term {
+            token: token.to_owned(),
+            fence,
+            acquired_at: SystemTime::now(),
+            last_sent: Instant::now(),
+            valid_until: Instant::now(),
+            valid_until_wall: SystemTime::now(),
+        }
+    }
 }
 
 /// A reserved release: the lease is kept for `successor` alone for `window` (the contract's

@@ -1,10 +1,9 @@
 //! The Redlock release: compare-and-delete on every node; and one watch over every node's
 //! release channel.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use super::RedlockClient;
 use crate::lease::{Lease, LeaseError, ReleaseWatch, Reservation, Term};
@@ -20,14 +19,7 @@ impl RedlockClient {
         reservation: Option<Reservation<'_>>,
         t: Duration,
     ) -> Result<bool, LeaseError> {
-        let term = Term {
-            token: token.to_owned(),
-            fence,
-            acquired_at: SystemTime::now(),
-            last_sent: Instant::now(),
-            valid_until: Instant::now(),
-            valid_until_wall: SystemTime::now(),
-        };
+        let term = Term::unclaimed(token, fence);
         let answers = self
             .all(|node| node.lease.release_to(&term, reservation, t))
             .await;
