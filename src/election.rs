@@ -197,16 +197,13 @@ pub async fn run<L: Lease, W: LeaderWork, E: ElectionEvents>(
             best.map(|c| c.identity.clone())
         };
         let successor = match ending.to.clone() {
-            Some(to) => Successor::Named(to),
+            Some(to) => Successor::Named(to, ending.request.clone()),
             None => Successor::Best { hint },
         };
         step_down(
             &*lease, &policy, &mut work, reporter, term, reason, successor,
         )
         .await;
-        if let Some(request) = &ending.request {
-            handover::accepted(&*lease, policy.timing.command_timeout, reporter, request).await;
-        }
         let sit_out = match reason {
             StepDown::Shutdown => break 0,
             // The reservation keeps this replica out while the target takes over; after a
@@ -701,7 +698,7 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
     // The candidates are read again while the work stops (a read claims nothing).
     let budget = policy.timing.command_timeout;
     let best = successor.choose(lease, budget, release);
-    let ((), successor) = tokio::join!(work.stop(), best);
+    let ((), (successor, request)) = tokio::join!(work.stop(), best);
     if tokio::time::timeout(WORK_STOPPED_LIMIT, reporter.work_stopped(term, reason))
         .await
         .is_err()
@@ -710,6 +707,11 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
             fence = term.fence,
             "work_stopped took longer than {WORK_STOPPED_LIMIT:?}; releasing anyway"
         );
+    }
+    if let Some(request) = &request {
+        // Done before the release: the successor, once leading, must not find the request
+        // and refuse it as a handover to itself.
+        handover::accepted(lease, budget, reporter, request).await;
     }
     if release {
         let reservation = successor.as_deref().map(|successor| Reservation {

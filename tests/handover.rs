@@ -173,11 +173,18 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
         ("u", "u is not healthy"),
         ("a", "a is the leader itself"),
     ];
-    for (to, reason) in refusals {
+    for (i, (to, reason)) in refusals.into_iter().enumerate() {
         let out = handover(&a, &["--to", to]);
         assert_eq!(out.code, Some(4), "--to {to}: {out:?}");
         assert!(one_line(&out).contains(reason), "--to {to}: {out:?}");
         assert_eq!(redis_state(&redis, name), before, "--to {to} changed Redis");
+        // The leader checked the request itself, and says so.
+        let refused = wait_until(BOUND, POLL, || {
+            events(&a, "handover_refused").get(i).cloned()
+        })
+        .expect("the leader logs the refusal");
+        assert_eq!(refused["to"].as_str(), Some(to), "{refused}");
+        assert!(refused["reason"].as_str().unwrap().contains(reason));
     }
     let out = handover(&a, &["--to", "b", "--timeout", "soon"]);
     assert_eq!(out.code, Some(2), "{out:?}");
@@ -229,7 +236,7 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
     redis.cmd(&["HSET", &key, "id", "r1", "to", "ghost", "by", "raw"]);
     redis.cmd(&["PEXPIRE", &key, "5000"]);
     let refused = wait_until(BOUND, POLL, || {
-        events(&a, "handover_refused").first().cloned()
+        events(&a, "handover_refused").get(3).cloned()
     })
     .expect("the leader refuses the missed request");
     assert_eq!(
@@ -245,7 +252,7 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
     let msg = r#"{"event":"handover","id":"r2","to":"u","by":"raw"}"#;
     redis.cmd(&["PUBLISH", &chan, msg]);
     let refused = wait_until(BOUND, POLL, || {
-        events(&a, "handover_refused").get(1).cloned()
+        events(&a, "handover_refused").get(4).cloned()
     })
     .expect("the leader refuses the published request");
     assert!(refused["reason"]
@@ -507,4 +514,30 @@ fn sentinel_handover_with_replicas_acknowledging() {
     assert_eq!(holder, "b");
     let doc: Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(doc["to_fence"].as_u64(), Some(f2), "{doc}");
+}
+
+/// The old leader deletes an accepted request before its release: the target, once it leads,
+/// never finds it and refuses it as a handover to itself.
+#[test]
+fn an_accepted_request_is_gone_before_the_target_leads() {
+    let redis = RedisServer::start();
+    let name = "done";
+    seed(&redis, name);
+    let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
+    let (mut from, mut fence) = settled(&a, 2, 2);
+    for _ in 0..6 {
+        let to = if from == "a" { "b" } else { "a" };
+        let out = handover(&a, &["--to", to]);
+        assert_eq!(out.code, Some(0), "{out:?}");
+        (from, fence) = new_leader(&a, &from, fence);
+        assert_eq!(from, to);
+        // Past the new leader's first renew, which reads a pending request.
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    for d in [&a, &b] {
+        assert_eq!(events(d, "handover_requested").len(), 3, "{}", d.log());
+        assert!(events(d, "handover_refused").is_empty(), "{}", d.log());
+    }
 }

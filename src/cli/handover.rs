@@ -97,8 +97,9 @@ async fn ask<L: Lease>(
         .heartbeat(Heartbeat::Read, budget)
         .await
         .map_err(unreachable)?;
-    let target = crate::election::handover_target(&roster, &leader.holder, &to)
-        .map_err(|reason| Outcome::fail(EXIT_REFUSED, format!("refused: {reason}")))?;
+    // The best successor named when there is one; the leader checks the request either way
+    // and refuses (and logs) what it cannot do.
+    let target = crate::election::handover_target(&roster, &leader.holder, &to).unwrap_or(to);
 
     let mut releases = lease.watch_releases();
     let mut control = lease.watch_control();

@@ -11,29 +11,33 @@ use crate::lease::{Control, ControlMessage, HandoverRequest, Heartbeat, Lease, R
 
 /// Who a reserved release is for.
 pub(super) enum Successor {
-    /// The target of a handover or preemption.
-    Named(String),
+    /// The target of a handover (with its request, answered before the release) or of a
+    /// preemption.
+    Named(String, Option<HandoverRequest>),
     /// The best successor, read afresh; `hint` (the last roster's) when the read fails.
     Best { hint: Option<String> },
 }
 
 impl Successor {
     /// The identity to reserve the release for, if any (`None` as well when no release
-    /// follows).
+    /// follows), and the handover request to answer.
     pub(super) async fn choose<L: Lease>(
         self,
         lease: &L,
         budget: Duration,
         release: bool,
-    ) -> Option<String> {
+    ) -> (Option<String>, Option<HandoverRequest>) {
         match self {
-            _ if !release => None,
-            Successor::Named(to) => Some(to),
+            Successor::Named(to, request) => (release.then_some(to), request),
+            _ if !release => (None, None),
             Successor::Best { hint } => match lease.heartbeat(Heartbeat::Read, budget).await {
-                Ok(roster) => roster
-                    .best_successor(Some(lease.spec().holder.as_str()))
-                    .map(|c| c.identity.clone()),
-                Err(_) => hint,
+                Ok(roster) => (
+                    roster
+                        .best_successor(Some(lease.spec().holder.as_str()))
+                        .map(|c| c.identity.clone()),
+                    None,
+                ),
+                Err(_) => (hint, None),
             },
         }
     }
@@ -84,7 +88,8 @@ pub(super) async fn on_control<L: Lease, E: ElectionEvents>(
     }
 }
 
-/// The request is done (the lease was released for its target): delete it.
+/// The request is accepted (the leader has stopped claiming, for its target): delete it,
+/// before the release, so that the target does not find it once it leads.
 pub(super) async fn accepted<L: Lease, E: ElectionEvents>(
     lease: &L,
     budget: Duration,
