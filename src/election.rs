@@ -214,7 +214,10 @@ pub async fn run<L: Lease, W: LeaderWork, E: ElectionEvents>(
             StepDown::WorkExit(code) if policy.on_work_exit == AfterWorkExit::Exit => break code,
             _ => policy.timing.retry_period,
         };
-        sit_out_until = Some(Instant::now() + sit_out);
+        sit_out_until = (!sit_out.is_zero()).then(|| Instant::now() + sit_out);
+        if sit_out_until.is_some() {
+            reporter.sitting_out(sit_out_until);
+        }
     };
     reporter.stopped();
     code
@@ -230,7 +233,7 @@ async fn follow<L: Lease, E: ElectionEvents>(
     inputs: &mut Inputs,
     releases: &mut crate::lease::ReleaseWatch,
     reporter: &E,
-    sit_out_until: Option<Instant>,
+    mut sit_out_until: Option<Instant>,
 ) -> Option<Term> {
     let t = policy.timing;
     let me = lease.spec().holder.as_str();
@@ -245,8 +248,11 @@ async fn follow<L: Lease, E: ElectionEvents>(
         if inputs.shutdown.is_cancelled() {
             return None;
         }
-        let sitting_out = sit_out_until.is_some_and(|until| Instant::now() < until);
-        let contend = !sitting_out && *inputs.healthy.borrow();
+        if sit_out_until.is_some_and(|until| Instant::now() >= until) {
+            sit_out_until = None;
+            reporter.sitting_out(None);
+        }
+        let contend = sit_out_until.is_none() && *inputs.healthy.borrow();
         let sent = Instant::now();
         let outcome = if contend {
             lease.try_acquire(t.command_timeout).await
@@ -286,7 +292,7 @@ async fn follow<L: Lease, E: ElectionEvents>(
             let best = is_best_successor(&inputs.candidates.borrow(), &sight, me);
             let quiet = releases.is_confirmed();
             let mut until = next_attempt(&sight, me, contend, quiet, best, &t);
-            if let Some(end) = sit_out_until.filter(|_| sitting_out) {
+            if let Some(end) = sit_out_until {
                 until = until.min(end);
             }
             // A quiet wait still shows the loop alive (`/healthz`) every retry_period.

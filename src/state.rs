@@ -70,6 +70,9 @@ pub struct Snapshot {
     pub leader_address: Option<String>,
     /// This replica's `election.priority` (published in the status document).
     pub priority: u32,
+    /// Sitting out (after a yield or a lost term): it does not contend, so it is nobody's
+    /// successor meanwhile.
+    pub sitting_out: bool,
 }
 
 impl Snapshot {
@@ -84,6 +87,7 @@ impl Snapshot {
             healthy,
             leader_address: None,
             priority: 0,
+            sitting_out: false,
         }
     }
 

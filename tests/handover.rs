@@ -541,3 +541,45 @@ fn an_accepted_request_is_gone_before_the_target_leads() {
         assert!(events(d, "handover_refused").is_empty(), "{}", d.log());
     }
 }
+
+/// A replica that yielded (SIGUSR1) sits out a lease: it is nobody's successor meanwhile, so a
+/// preempting leader does not hand over to it (and get the lease back, again and again);
+/// once it contends again, it is preferred as before.
+#[test]
+fn a_replica_sitting_out_after_a_yield_is_nobodys_successor() {
+    let redis = RedisServer::start();
+    let name = "sitout";
+    seed(&redis, name);
+    let high = Daemon::spawn(&opts(&redis.url(), name, "high", 50, ""));
+    let (_, f1) = wait_until(BOUND, POLL, || {
+        let s = settled(&high, 1, 1);
+        (s.0 == "high").then_some(s)
+    })
+    .unwrap();
+    let low = Daemon::spawn(&opts(&redis.url(), name, "low", 10, "  preempt: true\n"));
+    settled(&low, 2, 2);
+    // `high` has been registered and healthy for a lease once it yields.
+    std::thread::sleep(Duration::from_millis(LEASE_MS));
+    high.signal(Signal::SIGUSR1);
+    let (holder, f2) = new_leader(&low, "high", f1);
+    assert_eq!(holder, "low");
+    let listed = wait_until(BOUND, POLL, || {
+        let doc = status(&low)?;
+        let c = doc["candidates"]
+            .as_array()?
+            .iter()
+            .find(|c| c["identity"] == "high")?
+            .clone();
+        (c["state"] == "follower").then_some(c)
+    });
+    assert!(listed.is_some(), "high is listed while it sits out");
+    // Its sit-out (a lease from the yield) is nearly over: low held on all along.
+    std::thread::sleep(Duration::from_millis(LEASE_MS - 800));
+    assert_eq!(events(&low, "acquired").len(), 1, "{}", low.log());
+    assert!(events(&low, "stepped_down").is_empty(), "{}", low.log());
+    assert!(events(&low, "handover_requested").is_empty());
+    // Then high contends again, and low hands over to it.
+    let (holder, _) = new_leader(&low, "low", f2);
+    assert_eq!(holder, "high");
+    assert_eq!(events(&low, "stepped_down")[0]["reason"], "preempted");
+}

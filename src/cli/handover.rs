@@ -126,7 +126,9 @@ async fn ask<L: Lease>(
     }
     let deadline = started + timeout;
     let poll = config.election.retry_period.min(Duration::from_millis(250));
-    let new_term = |holder: &str, fence: u64| holder != leader.holder && fence > leader.fence;
+    // Any new term ends the wait, the old leader's own included (its target died in the
+    // window and it took the lease back): a fence is never granted twice.
+    let new_term = |_: &str, fence: u64| fence > leader.fence;
     let done = |to: String, to_fence: u64| Done {
         from: leader.holder.clone(),
         from_fence: leader.fence,

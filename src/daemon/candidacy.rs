@@ -41,9 +41,9 @@ pub(crate) async fn run<L: Lease>(
     let first = state.wait_for(|s| s.phase != Phase::Starting);
     let _ = tokio::time::timeout(every, first).await;
     loop {
-        let (phase, healthy) = {
+        let (phase, healthy, sitting_out) = {
             let s = state.borrow_and_update();
-            (s.phase, s.healthy)
+            (s.phase, s.healthy, s.sitting_out)
         };
         if phase == Phase::Stopped {
             break;
@@ -62,6 +62,7 @@ pub(crate) async fn run<L: Lease>(
             identity: profile.identity.clone(),
             state: phase_name(phase).into(),
             healthy,
+            contending: !sitting_out,
             priority: profile.priority,
             address: profile.address.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -83,7 +84,7 @@ pub(crate) async fn run<L: Lease>(
                         return remove(&*lease, &profile).await;
                     }
                     let s = state.borrow();
-                    if (s.phase, s.healthy) != (phase, healthy) {
+                    if (s.phase, s.healthy, s.sitting_out) != (phase, healthy, sitting_out) {
                         break;
                     }
                 }

@@ -319,6 +319,14 @@ impl ElectionEvents for Reporter {
         });
     }
 
+    fn sitting_out(&self, until: Option<Instant>) {
+        self.state.send_if_modified(|s| {
+            let changed = s.sitting_out != until.is_some();
+            s.sitting_out = until.is_some();
+            changed
+        });
+    }
+
     fn handover_requested(&self, request: &crate::lease::HandoverRequest) {
         tracing::info!(
             event = "handover_requested",

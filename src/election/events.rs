@@ -5,6 +5,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::StepDown;
 use crate::lease::{HandoverRequest, LeaseError, Observed, Term};
 
@@ -47,6 +49,9 @@ pub trait ElectionEvents: Send + Sync {
     /// sent, whatever came of it (Redis may not have answered). Next the elector follows
     /// again, or stops ([`stopped`](Self::stopped)).
     fn step_down_done(&self, _term: &Term, _reason: StepDown) {}
+    /// The replica sits out until `until` (after a yield, or a term it lost) and does not
+    /// contend before; `None` once that is over.
+    fn sitting_out(&self, _until: Option<Instant>) {}
     /// The leader received a handover request (before it checks it).
     fn handover_requested(&self, _request: &HandoverRequest) {}
     /// The leader refused a handover request, for `reason` (one line).

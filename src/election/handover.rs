@@ -118,6 +118,9 @@ pub(crate) fn target(roster: &Roster, leader: &str, to: &str) -> Result<String, 
     match roster.candidates.iter().find(|c| c.identity == to) {
         None => Err(format!("{to} is not a registered candidate")),
         Some(c) if !c.healthy => Err(format!("{to} is not healthy")),
+        Some(c) if !c.contending => Err(format!(
+            "{to} is sitting out (it yielded or lost a term a moment ago)"
+        )),
         Some(_) => Ok(to.to_string()),
     }
 }

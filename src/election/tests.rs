@@ -513,6 +513,7 @@ fn candidate(id: &str, priority: u32) -> Candidate {
         identity: id.into(),
         state: "follower".into(),
         healthy: true,
+        contending: true,
         priority,
         address: None,
         version: "v".into(),

@@ -19,6 +19,9 @@ pub struct Candidate {
     pub state: String,
     /// Whether its service passes its health check.
     pub healthy: bool,
+    /// False while it sits out (after a yield, or a term it lost) and will not take the
+    /// lease: no successor then.
+    pub contending: bool,
     /// Its priority as a successor, 0..=1000.
     pub priority: u32,
     /// The address it advertises, if any.
@@ -63,6 +66,7 @@ impl Candidate {
         serde_json::json!({
             "state": self.state,
             "healthy": self.healthy,
+            "contending": self.contending,
             "priority": self.priority,
             "address": self.address,
             "version": self.version,
@@ -80,6 +84,10 @@ impl Candidate {
             identity,
             state: string("state").unwrap_or_default(),
             healthy: v.get("healthy").and_then(|x| x.as_bool()).unwrap_or(false),
+            contending: v
+                .get("contending")
+                .and_then(|x| x.as_bool())
+                .unwrap_or(true),
             priority: num("priority").unwrap_or(0).min(1000) as u32,
             address: string("address"),
             version: string("version").unwrap_or_default(),
@@ -111,12 +119,12 @@ impl Roster {
         out
     }
 
-    /// The best successor: a healthy candidate other than `leader`, highest priority first,
-    /// then the smallest identity.
+    /// The best successor: a healthy candidate other than `leader` that is not sitting out,
+    /// highest priority first, then the smallest identity.
     pub fn best_successor(&self, leader: Option<&str>) -> Option<&Candidate> {
         self.candidates
             .iter()
-            .filter(|c| c.healthy && Some(c.identity.as_str()) != leader)
+            .filter(|c| c.healthy && c.contending && Some(c.identity.as_str()) != leader)
             .min_by(|a, b| {
                 b.priority
                     .cmp(&a.priority)
@@ -218,6 +226,7 @@ impl Candidate {
             identity: identity.into(),
             state: "follower".into(),
             healthy,
+            contending: true,
             priority,
             address: None,
             version: "v".into(),
