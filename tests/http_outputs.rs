@@ -42,6 +42,7 @@ fn leader(valid_for: Duration) -> Snapshot {
         healthy: true,
         leader_address: None,
         priority: 0,
+        sitting_out: false,
     }
 }
 
@@ -55,6 +56,7 @@ fn follower() -> Snapshot {
         healthy: true,
         leader_address: None,
         priority: 0,
+        sitting_out: false,
     }
 }
 

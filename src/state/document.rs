@@ -90,6 +90,7 @@ mod tests {
             healthy: true,
             leader_address: None,
             priority: 0,
+            sitting_out: false,
         }
     }
 
