@@ -523,7 +523,9 @@ fn is_best_successor(roster: &Roster, sight: &Sight, me: &str) -> bool {
 ///   extra wait) only while the release subscription is not `quiet` (confirmed);
 /// - a reservation for someone else: at its expiry + 1 ms (the `acquired` announcement
 ///   usually comes first); for us: at once;
-/// - a quarantine (which may be undone without an announcement): the poll or its expiry;
+/// - a quarantine (which may be undone without an announcement): the poll before its
+///   expiry, else its expiry + 1 ms, `retry_period / 2` later when not the best successor
+///   (so that the preferred replica begins the election's first term);
 /// - vacant, unknown, or no TTL: the poll.
 fn next_attempt(
     sight: &Sight,
@@ -537,24 +539,20 @@ fn next_attempt(
     let (Some(seen), Some(expiry)) = (&sight.seen, sight.expiry()) else {
         return sight.poll_at;
     };
+    let extra = if best {
+        Duration::ZERO
+    } else {
+        t.retry_period / 2
+    };
+    let wake = expiry + one_ms + extra;
     match seen {
         Observed::Vacant => sight.poll_at,
         Observed::Reserved { for_identity, .. } if for_identity == me && contend => sight.at,
         Observed::Reserved { .. } => expiry + one_ms,
-        Observed::Quarantined { .. } => sight.poll_at.min(expiry + one_ms),
-        Observed::Held(_) => {
-            let extra = if best {
-                Duration::ZERO
-            } else {
-                t.retry_period / 2
-            };
-            let wake = expiry + one_ms + extra;
-            if !quiet && sight.poll_at < expiry {
-                sight.poll_at
-            } else {
-                wake
-            }
-        }
+        Observed::Quarantined { .. } if sight.poll_at < expiry => sight.poll_at,
+        Observed::Quarantined { .. } => wake,
+        Observed::Held(_) if !quiet && sight.poll_at < expiry => sight.poll_at,
+        Observed::Held(_) => wake,
     }
 }
 

@@ -583,3 +583,23 @@ fn a_replica_sitting_out_after_a_yield_is_nobodys_successor() {
     assert_eq!(holder, "high");
     assert_eq!(events(&low, "stepped_down")[0]["reason"], "preempted");
 }
+
+/// A brand-new election is quarantined for a lease; when that runs out, the best successor
+/// (highest priority) contends first and the others `retry_period / 2` later, so the
+/// preferred replica begins the first term.
+#[test]
+fn the_first_term_after_the_quarantine_goes_to_the_highest_priority() {
+    let redis = RedisServer::start();
+    let name = "first";
+    let url = redis.url();
+    let replicas: Vec<Daemon> = [("a", 0), ("b", 9), ("c", 5)]
+        .into_iter()
+        .map(|(id, priority)| Daemon::spawn(&opts(&url, name, id, priority, "")))
+        .collect();
+    let (holder, _) = settled(&replicas[0], 3, 3);
+    assert_eq!(holder, "b");
+    for d in &replicas {
+        let acquired = events(d, "acquired").len();
+        assert_eq!(acquired, usize::from(d.identity() == "b"), "{}", d.log());
+    }
+}
