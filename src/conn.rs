@@ -138,6 +138,10 @@ impl RedisFailure {
     }
 }
 
+/// When a connection was made: the connector's epoch (a Sentinel move) and the endpoint's
+/// generation (bumped when a call drops the connection). Another `Made` now: make a new one.
+type Made = (u64, u64);
+
 /// A Redis endpoint with its timeouts. Calls share one multiplexed connection; a timeout or a
 /// broken link drops it, and the next call connects again.
 pub struct Endpoint {
@@ -145,9 +149,11 @@ pub struct Endpoint {
     connect_timeout: Duration,
     command_timeout: Duration,
     min_replicas_ack: u32,
-    slot: Mutex<Option<Conn>>,
-    /// The connector's epoch when the connection in `slot` was made.
-    slot_epoch: std::sync::atomic::AtomicU64,
+    /// The shared connection, with the [`Made`] it was made at.
+    slot: Mutex<Option<(Conn, Made)>>,
+    /// Bumped when a call drops the connection (a timeout, a broken link): without waiting
+    /// for the slot, which a connect in progress may hold for up to the connect timeout.
+    generation: std::sync::atomic::AtomicU64,
     /// The server's `maxmemory-policy`, read at every new connection.
     eviction: tokio::sync::watch::Sender<Option<crate::eviction::EvictionPolicy>>,
 }
@@ -171,7 +177,7 @@ impl Endpoint {
             command_timeout,
             min_replicas_ack: 0,
             slot: Mutex::new(None),
-            slot_epoch: std::sync::atomic::AtomicU64::new(0),
+            generation: std::sync::atomic::AtomicU64::new(0),
             eviction: tokio::sync::watch::Sender::new(None),
         }
     }
@@ -217,26 +223,36 @@ impl Endpoint {
         self.connect_timeout
     }
 
+    /// The shared connection, made anew when there is none or it is stale; waiting for the
+    /// slot (another call may be connecting) counts against `budget` too.
     async fn connection(&self, budget: Duration) -> Result<Conn, RedisFailure> {
-        use std::sync::atomic::Ordering;
-        let mut slot = self.slot.lock().await;
-        let epoch = self.connector.epoch();
-        if let Some(conn) = slot.as_ref() {
-            if self.slot_epoch.load(Ordering::SeqCst) == epoch {
+        let started = tokio::time::Instant::now();
+        let Ok(mut slot) = tokio::time::timeout(budget, self.slot.lock()).await else {
+            return Err(RedisFailure::timeout("connecting to Redis", budget));
+        };
+        let now = self.made();
+        if let Some((conn, made)) = slot.as_ref() {
+            if *made == now {
                 return Ok(conn.clone());
             }
         }
-        let limit = budget.min(self.connect_timeout);
+        let limit = budget
+            .saturating_sub(started.elapsed())
+            .min(self.connect_timeout);
         let connect = self.connector.connect(limit);
         let conn = match tokio::time::timeout(limit, connect).await {
             Err(_) => return Err(RedisFailure::timeout("connecting to Redis", limit)),
             Ok(Err(e)) => return Err(RedisFailure::from_redis(&e)),
             Ok(Ok(conn)) => conn,
         };
-        *slot = Some(conn.clone());
-        self.slot_epoch.store(epoch, Ordering::SeqCst);
+        *slot = Some((conn.clone(), now));
         self.read_eviction_policy(conn.clone());
         Ok(conn)
+    }
+
+    fn made(&self) -> Made {
+        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
+        (self.connector.epoch(), generation)
     }
 
     /// Reads the new connection's `maxmemory-policy` in the background (never delaying the
@@ -260,15 +276,16 @@ impl Endpoint {
         self.eviction.subscribe()
     }
 
-    async fn forget(&self) {
-        *self.slot.lock().await = None;
+    fn forget(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Drops the shared connection, so that the next call connects again (for Sentinel:
     /// asks where the master is). Used when a write was not acknowledged by enough
     /// replicas, which is what a master cut off by a failover looks like.
     pub async fn reset(&self) {
-        self.forget().await;
+        self.forget();
     }
 
     /// Runs `call` on the shared connection, connecting first when needed, all within
@@ -300,7 +317,7 @@ impl Endpoint {
         .await;
         if let Err(failure) = &outcome {
             if failure.poisons_connection() {
-                self.forget().await;
+                self.forget();
             }
         }
         outcome

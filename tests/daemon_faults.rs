@@ -389,6 +389,15 @@ fn hung_redis_leader_steps_down_by_its_deadline_and_a_leader_returns() {
     let down = wait_event(&c.daemons[l], "stepped_down", 1, Duration::from_secs(5));
     assert_eq!(down["reason"], "deadline", "{down}");
     assert_stepped_down_in_time(&down);
+    // At its renew deadline (1400 ms after the last renew's send, which its validity tells),
+    // give or take scheduling: no call, nor a connect of another task, holds it up.
+    let deadline =
+        u64_of(&down, "lease_valid_until_ms") - LEASE.as_millis() as u64 + DRIFT_MS + 1400;
+    let late = u64_of(&down, "ended_at_ms").saturating_sub(deadline);
+    assert!(
+        late <= 150,
+        "stepped down {late} ms after its renew deadline: {down}"
+    );
     std::thread::sleep(Duration::from_millis(1500));
     for d in &c.daemons {
         assert_eq!(
