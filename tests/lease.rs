@@ -823,3 +823,38 @@ async fn wrong_type_names_the_foreign_key_fence_or_lock() {
         })
     );
 }
+
+/// An acquire that times out on a frozen Redis is run when it resumes, granting a lease
+/// nobody holds a term of; the client kept its token, so its blocking acquire releases that
+/// grant and takes the lease at once instead of waiting out its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_run_after_its_timeout_does_not_hold_the_lease_for_nobody() {
+    let redis = RedisServer::start();
+    seed_fence(&redis, "stray");
+    let c = client(&redis.url(), "stray", "a", Duration::from_secs(10));
+    // The scripts loaded (a NOSCRIPT would not run) and the connection made.
+    seed_fence(&redis, "warm");
+    must_acquire(&c.for_lease(spec("warm", "a", Duration::from_secs(10)))).await;
+    assert_eq!(
+        bounded("observe", c.observe(c.default_budget())).await,
+        Ok(Observed::Vacant)
+    );
+    redis.pause();
+    let r = bounded("try_acquire", c.try_acquire(c.default_budget())).await;
+    redis.resume();
+    assert_eq!(unavailable_kind(r), FailureKind::Timeout);
+    let held = wait_until_async(Duration::from_secs(3), || async {
+        match c.observe(c.default_budget()).await {
+            Ok(seen @ Observed::Held(_)) => Some(seen),
+            _ => None,
+        }
+    })
+    .await
+    .expect("Redis ran the acquire when it resumed");
+    assert_eq!(held.holder().map(|h| h.holder.as_str()), Some("a"));
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(3);
+    let term = bounded("acquire", c.acquire(deadline, Duration::from_millis(200))).await;
+    assert!(term.is_ok(), "{term:?} after {:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+}

@@ -28,6 +28,12 @@ pub(crate) async fn wait_for_lease<L: Lease>(
             Ok(Acquire::Acquired(term)) => return Ok(term),
             Ok(Acquire::Denied(seen)) => {
                 failures = 0;
+                let mine = seen
+                    .holder()
+                    .is_some_and(|h| h.holder == lease.spec().holder);
+                if mine && lease.release_strays(lease.default_budget()).await > 0 {
+                    continue; // a grant of ours whose reply never came: freed, try again
+                }
                 let wait = wait_for_holder(&seen, jittered(retry, 0.2));
                 last_seen = Some(seen);
                 wait
