@@ -5,8 +5,9 @@
 //! own stdout and stderr, so the child's output passes through. Every new validity is sent
 //! to the keeper as an absolute `CLOCK_MONOTONIC` instant; the keeper kills the child's group
 //! on its own [`keeper_margin`] before the last validity it was told, and at once when the
-//! socket closes because leaderd went away. Should the keeper itself vanish, leaderd kills
-//! the child's group.
+//! socket closes because leaderd went away; it runs in a process group of its own, so that
+//! no signal to leaderd's group takes it along. Should the keeper itself vanish, its child
+//! dies with it and leaderd kills the rest of the child's group.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -84,7 +85,10 @@ impl ExecWork {
     fn spawn(&self, term: &TermView) -> Result<Keeper, ExecError> {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         let mut cmd = tokio::process::Command::new(own_binary());
-        cmd.arg0("leaderd-keeper")
+        // A group of its own: a signal to leaderd's group (`kill -9 -PGID`, Ctrl-\) must
+        // leave the keeper alive to kill the child when leaderd goes away.
+        cmd.process_group(0)
+            .arg0("leaderd-keeper")
             .arg("__keeper")
             .arg("--stop-signal")
             .arg(self.stop_signal.as_str())
