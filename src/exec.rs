@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 mod secrets;
-pub(crate) use secrets::{remember_secret_vars, secret_vars};
+pub(crate) use secrets::{remember_secret_vars, without_secrets};
 
 use crate::config::Config;
 use crate::election::LeaderWork;
@@ -105,9 +105,7 @@ impl ExecWork {
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());
-        for var in secret_vars() {
-            cmd.env_remove(var); // leaderd's secrets are not the child's
-        }
+        without_secrets(cmd.as_std_mut());
         let process = cmd.spawn()?;
         drop(cmd); // our copy of the keeper's end: its closing must reach us as end of file
         ours.set_nonblocking(true)?;

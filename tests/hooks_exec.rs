@@ -1,0 +1,95 @@
+//! Hooks beside exec mode: a hook's environment is the exec child's (no Redis secret in
+//! either) plus its event's variables.
+
+mod exec_common;
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use exec_common::*;
+use support::{wait_until, Daemon, RedisServer};
+
+const PASSWORD: &str = "hook-s3cret-pw";
+
+/// `["sh", "-c", "env > <path>"]` as YAML.
+fn env_dump(path: &Path) -> String {
+    serde_json::to_string(&["sh", "-c", &format!("env > {}", path.display())]).unwrap()
+}
+
+/// The variable names of an `env` dump (lines that start a `NAME=value`).
+fn names(dump: &str) -> BTreeSet<String> {
+    dump.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(name, _)| name.to_string())
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect()
+}
+
+#[test]
+fn hooks_get_the_environment_of_exec_mode_without_the_redis_secret() {
+    let redis = RedisServer::start_with_args(&["--requirepass", PASSWORD]);
+    let port = redis.port();
+    let via_var = format!("redis://:${{MY_PW}}@127.0.0.1:{port}/0");
+    let in_env_url = format!("redis://:{PASSWORD}@127.0.0.1:{port}/0");
+    // The password through a variable named in the URL, then in LEADERD_REDIS_URL.
+    let cases = [
+        (via_var.as_str(), ("MY_PW", PASSWORD)),
+        ("", ("LEADERD_REDIS_URL", in_env_url.as_str())),
+    ];
+    for (i, (url, (var, value))) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let [child, acquired, changed] =
+            ["child", "acquired", "changed"].map(|f| dir.path().join(f));
+        let exec = vec![
+            "sh".into(),
+            "-c".into(),
+            format!("env > {}; sleep 30", child.display()),
+        ];
+        let hooks = format!(
+            "hooks:\n  on_acquired: {}\n  on_leader_changed: {}\n",
+            env_dump(&acquired),
+            env_dump(&changed)
+        );
+        let mut o = opts(
+            &format!("hook-env-{i}"),
+            "a",
+            url,
+            &(hooks + GRACE_300),
+            exec,
+        );
+        o.env = vec![
+            (var.into(), value.into()),
+            ("HARMLESS".into(), "kept".into()),
+        ];
+        let d = Daemon::spawn(&o);
+        let read = |p: &Path| {
+            std::fs::read_to_string(p)
+                .ok()
+                .filter(|s| s.contains("HARMLESS"))
+        };
+        let dumps = wait_until(SLOW, POLL, || {
+            Some([read(&child)?, read(&acquired)?, read(&changed)?])
+        });
+        let [child, acquired, changed] =
+            dumps.unwrap_or_else(|| panic!("no env written:\n{}", d.log()));
+        for dump in [&child, &acquired, &changed] {
+            assert!(
+                !dump.contains(PASSWORD),
+                "{var}: the secret leaked:\n{dump}"
+            );
+            assert!(dump.contains("HARMLESS=kept"), "{dump}");
+        }
+        // Exactly the child's variables, plus the event's own.
+        let events = [
+            "LEADERD_EVENT",
+            "LEADERD_LEADER",
+            "LEADERD_LEASE_VALID_UNTIL_MS",
+        ];
+        for dump in [&acquired, &changed] {
+            let mut hook = names(dump);
+            hook.retain(|n| !events.contains(&n.as_str()));
+            assert_eq!(hook, names(&child), "{var}");
+        }
+    }
+}
