@@ -238,9 +238,16 @@ pub(crate) fn hooks(config: &Config, metrics: Arc<Metrics>) -> (HookSink, HookRu
     (sink, runner)
 }
 
-/// Runs queued hooks one at a time until `finish` is cancelled (no more events come) or
-/// `shutdown` is; from the earlier of the two, what is queued (and running) still runs
-/// within `exec.grace_period`, then the rest are killed or dropped and counted.
+/// After a shutdown signal, hooks run at most this long past `exec.grace_period` from the
+/// signal: leaderd exits within `grace_period + 1s` of it, its own last steps included.
+const PAST_GRACE_AT_MOST: Duration = Duration::from_millis(800);
+
+/// Runs queued hooks one at a time until `finish` is cancelled (the election has ended: no
+/// more events come); what is queued (and running) then still runs within
+/// `exec.grace_period`, and after a `shutdown` signal never later than
+/// [`PAST_GRACE_AT_MOST`] past the grace period from the signal (the shutdown's own
+/// `stepped_down` comes only after the child stopped, which may take the whole grace
+/// period). Then the rest are killed or dropped and counted.
 pub(crate) async fn run_hooks(
     runner: HookRunner,
     shutdown: CancellationToken,
@@ -249,12 +256,15 @@ pub(crate) async fn run_hooks(
     let (deadline_tx, deadline) = watch::channel(None::<Instant>);
     let grace = runner.grace;
     let ending = async move {
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = finish.cancelled() => {}
-        }
-        deadline_tx.send_replace(Some(Instant::now() + grace));
+        let cap = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => Some(Instant::now() + grace + PAST_GRACE_AT_MOST),
+            _ = finish.cancelled() => None,
+        };
+        deadline_tx.send_replace(cap);
         finish.cancelled().await;
+        let end = Instant::now() + grace;
+        deadline_tx.send_replace(Some(cap.map_or(end, |cap| cap.min(end))));
         deadline_tx
     };
     tokio::pin!(ending);

@@ -1,13 +1,19 @@
 //! Hooks beside exec mode: a hook's environment is the exec child's (no Redis secret in
-//! either) plus its event's variables.
+//! either) plus its event's variables; the shutdown's own `on_stepped_down` still runs
+//! after a child that used its whole grace period, and leaderd exits within
+//! `grace_period + 1s`.
 
 mod exec_common;
 mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use exec_common::*;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use support::safety::field;
 use support::{wait_until, Daemon, RedisServer};
 
 const PASSWORD: &str = "hook-s3cret-pw";
@@ -92,4 +98,49 @@ fn hooks_get_the_environment_of_exec_mode_without_the_redis_secret() {
             assert_eq!(hook, names(&child), "{var}");
         }
     }
+}
+
+#[test]
+fn the_shutdowns_own_stepped_down_hook_runs_after_a_child_that_used_its_grace_period() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hook");
+    let beats = dir.path().join("beats");
+    let script = format!(
+        "echo \"$LEADERD_EVENT $LEADERD_REASON\" >> {}",
+        out.display()
+    );
+    let hook = serde_json::to_string(&["sh", "-c", &script]).unwrap();
+    let yaml = format!("hooks:\n  on_stepped_down: {hook}\nexec:\n  grace_period: 500ms\n");
+    let mut d = Daemon::spawn(&opts(
+        "hook-grace",
+        "a",
+        &redis.url(),
+        &yaml,
+        writer(&beats, true),
+    ));
+    child_pid(&d, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(5)), Some(0));
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_millis(450),
+        "the child did not use its grace: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(500 + 1000),
+        "exit after {took:?}"
+    );
+    assert!(d.events_named("hook_dropped").is_empty(), "{}", d.log());
+    let ran = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(ran.trim(), "stepped_down shutdown", "{}", d.log());
+    let finished = d.events_named("hook_finished");
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(
+        field(&finished[0], "hook").and_then(Value::as_str),
+        Some("on_stepped_down")
+    );
+    check_children(&[&d], &beats);
 }
