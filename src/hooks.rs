@@ -333,60 +333,39 @@ async fn kill_time(timeout_at: Instant, mut deadline: watch::Receiver<Option<Ins
     }
 }
 
+/// One `hook_finished` for every run; and `hook_failed` at WARN unless it exited 0.
 fn log_outcome(hook: &str, outcome: &process::Outcome, elapsed_ms: u64) {
-    match outcome {
-        process::Outcome::Exited(code) => {
-            let code = *code;
-            tracing::info!(
-                event = "hook_finished",
-                hook,
-                code,
-                elapsed_ms,
-                "hook {hook} exited with {code}"
-            );
-            if code != 0 {
-                tracing::warn!(
-                    event = "hook_failed",
-                    hook,
-                    code,
-                    elapsed_ms,
-                    reason = "exit",
-                    "hook {hook} failed: exit code {code}"
-                );
-            }
-        }
-        process::Outcome::Signalled(signal) => {
-            tracing::info!(
-                event = "hook_finished",
-                hook,
-                code = None::<i32>,
-                signal,
-                elapsed_ms,
-                "hook {hook} ended by signal {signal}"
-            );
-            tracing::warn!(
-                event = "hook_failed",
-                hook,
-                signal,
-                elapsed_ms,
-                reason = "signal",
-                "hook {hook} failed: signal {signal}"
-            );
-        }
-        process::Outcome::TimedOut => {
-            tracing::info!(
-                event = "hook_finished",
-                hook,
-                code = None::<i32>,
-                elapsed_ms,
-                "hook {hook} killed at its timeout"
-            );
-            tracing::warn!(event = "hook_failed", hook, elapsed_ms, reason = "timeout", "hook {hook} failed: still running at its timeout (or the shutdown's grace period), killed with its process group");
-        }
-        process::Outcome::NotStarted(err) => {
-            tracing::warn!(event = "hook_failed", hook, elapsed_ms, reason = "start", error = %err, "hook {hook} failed to start: {err}");
-        }
-    }
+    use process::Outcome;
+    let code = outcome.code();
+    tracing::info!(
+        event = "hook_finished",
+        hook,
+        code,
+        elapsed_ms,
+        "hook {hook} finished with code {code}"
+    );
+    let (reason, why) = match outcome {
+        Outcome::Exited(0) => return,
+        Outcome::Exited(_) => ("exit", format!("exit code {code}")),
+        Outcome::Signalled(signal) => ("signal", format!("signal {signal}")),
+        Outcome::TimedOut => ("timeout", "still running at its timeout (or the shutdown's grace period), killed with its process group".to_string()),
+        Outcome::NotStarted(err) => ("start", format!("cannot start: {err}")),
+    };
+    let signal = matches!(outcome, Outcome::Signalled(_)).then_some(code - 128);
+    let error = match outcome {
+        Outcome::NotStarted(err) => Some(err.to_string()),
+        _ => None,
+    };
+    tracing::warn!(
+        event = "hook_failed",
+        hook,
+        code,
+        elapsed_ms,
+        reason,
+        signal,
+        error = error.as_deref(),
+        "hook {hook} failed: {why}"
+    );
 }
 
 #[cfg(test)]

@@ -68,6 +68,16 @@ pub fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
+/// The exit code of a command that could not be started, as a shell gives it: 127 when the
+/// program (or its interpreter) is not found, 126 when it cannot be executed, else 1.
+pub fn start_failure_code(err: &std::io::Error) -> i32 {
+    match err.kind() {
+        std::io::ErrorKind::NotFound => 127,
+        std::io::ErrorKind::PermissionDenied => 126,
+        _ => 1,
+    }
+}
+
 enum Event {
     Extend(u64),
     Stop,
@@ -123,11 +133,7 @@ pub fn main(args: KeeperArgs) -> i32 {
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
-            let code = match err.kind() {
-                std::io::ErrorKind::NotFound => 127,
-                std::io::ErrorKind::PermissionDenied => 126,
-                _ => 1,
-            };
+            let code = start_failure_code(&err);
             eprintln!("leaderd keeper: cannot run {:?}: {err}", args.command[0]);
             send(&mut out, &Report::Ended(code, Cause::SpawnFailed));
             return 0;

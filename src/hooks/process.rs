@@ -21,6 +21,17 @@ pub(super) enum Outcome {
 }
 
 impl Outcome {
+    /// The `code` logged: the exit code, 128 + the signal's number for a signal (137 for the
+    /// SIGKILL at the deadline), 127 or 126 for a failure to start (as a shell gives them).
+    pub(super) fn code(&self) -> i32 {
+        match self {
+            Outcome::Exited(code) => *code,
+            Outcome::Signalled(signal) => 128 + signal,
+            Outcome::TimedOut => 128 + Signal::SIGKILL as i32,
+            Outcome::NotStarted(err) => crate::keeper::start_failure_code(err),
+        }
+    }
+
     /// The `result` label.
     pub(super) fn result(&self) -> &'static str {
         match self {
