@@ -128,6 +128,8 @@ impl ExecWork {
             group: None,
             ended: None,
             fence: term.fence,
+            command: format!("{:?}", self.command),
+            start_error: None,
         })
     }
 }
@@ -212,14 +214,19 @@ struct Keeper {
     /// The child's exit code and cause, once reaped.
     ended: Option<(i32, Cause)>,
     fence: u64,
+    /// The command, for the logs.
+    command: String,
+    /// Why the child could not be started, as the keeper reported it.
+    start_error: Option<String>,
 }
 
 impl Keeper {
     /// The next report, applied to what is known; `None` once the keeper's socket closed.
     async fn next(&mut self) -> Option<Report> {
         let report = self.reports.recv().await?;
-        match report {
+        match &report {
             Report::Started(pid) => {
+                let pid = *pid;
                 self.group = Some(Pid::from_raw(pid));
                 tracing::info!(
                     event = "child_started",
@@ -228,24 +235,45 @@ impl Keeper {
                     "child started (pid {pid})"
                 );
             }
+            Report::NotStarted(error) => self.start_error = Some(error.clone()),
             Report::Ended(code, cause) => {
-                self.ended = Some((code, cause));
-                let reason = cause.as_str();
-                if cause == Cause::Expired {
-                    tracing::warn!(event = "child_ended", fence = self.fence, code, cause = reason,
-                        "the keeper killed the child: the term's validity passed without an extension");
-                } else {
-                    tracing::info!(
-                        event = "child_ended",
-                        fence = self.fence,
-                        code,
-                        cause = reason,
-                        "child ended with code {code} ({reason})"
-                    );
-                }
+                self.ended = Some((*code, *cause));
+                self.log_ended(*code, *cause);
             }
         }
         Some(report)
+    }
+
+    fn log_ended(&self, code: i32, cause: Cause) {
+        let (fence, reason) = (self.fence, cause.as_str());
+        match cause {
+            Cause::Expired => tracing::warn!(
+                event = "child_ended",
+                fence,
+                code,
+                cause = reason,
+                "the keeper killed the child: the term's validity passed without an extension"
+            ),
+            Cause::SpawnFailed => {
+                let (command, error) = (&self.command, self.start_error.as_deref().unwrap_or(""));
+                tracing::warn!(
+                    event = "child_ended",
+                    fence,
+                    code,
+                    cause = reason,
+                    command,
+                    error,
+                    "cannot start the child {command}: {error}"
+                );
+            }
+            _ => tracing::info!(
+                event = "child_ended",
+                fence,
+                code,
+                cause = reason,
+                "child ended with code {code} ({reason})"
+            ),
+        }
     }
 
     fn kill_group(&mut self, why: &str) {

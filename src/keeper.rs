@@ -6,7 +6,7 @@
 //!
 //! - leaderd sends `extend <ns>` (a new validity) and `stop`;
 //! - the keeper sends `pid <pid>` once the child runs and `exit <code> <cause>` once it has
-//!   been reaped; then it exits.
+//!   been reaped (after `not_started <error>` when it could not start); then it exits.
 //!
 //! Validities are absolute `CLOCK_MONOTONIC` nanoseconds ([`monotonic_ns`]): leaderd and its
 //! keeper share that clock, and an absolute deadline cannot be stretched by the time a
@@ -133,8 +133,8 @@ pub fn main(args: KeeperArgs) -> i32 {
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
+            send(&mut out, &Report::NotStarted(err.to_string()));
             let code = start_failure_code(&err);
-            eprintln!("leaderd keeper: cannot run {:?}: {err}", args.command[0]);
             send(&mut out, &Report::Ended(code, Cause::SpawnFailed));
             return 0;
         }
