@@ -1,5 +1,6 @@
-//! Shared by `tests/exec.rs`: the writer child, reading its lines back, the checks over
-//! children and logs, leader detection and process inspection through `/proc`.
+//! Shared by the exec-mode tests: the writer and heartbeat children, reading their lines
+//! back, the checks over children and logs, leader detection and process (and process
+//! group) inspection through `/proc`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
