@@ -301,10 +301,10 @@ async fn run_with<L: Lease>(
     };
     stop_checks.cancel();
     finish_hooks.cancel();
-    let _ = hooks.await;
-    // After the release: the entry goes last, so a successor still sees it until then.
+    // After the release: the entry goes last, so a successor still sees it until then. It
+    // goes while the last hooks run, which may take most of the time left to exit.
     stop_candidacy.cancel();
-    let _ = candidacy.await;
+    let _ = tokio::join!(hooks, candidacy);
 
     // The elector sent `stopped` and dropped its sender: the file writer ends after
     // writing it. HTTP answers until then.

@@ -5,8 +5,9 @@
 //! own stdout and stderr, so the child's output passes through. Every new validity is sent
 //! to the keeper as an absolute `CLOCK_MONOTONIC` instant; the keeper kills the child's group
 //! on its own [`keeper_margin`] before the last validity it was told, and at once when the
-//! socket closes because leaderd went away. Should the keeper itself vanish, leaderd kills
-//! the child's group.
+//! socket closes because leaderd went away; it runs in a process group of its own, so that
+//! no signal to leaderd's group takes it along. Should the keeper itself vanish, its child
+//! dies with it and leaderd kills the rest of the child's group.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 mod secrets;
-pub(crate) use secrets::{remember_secret_vars, secret_vars};
+pub(crate) use secrets::{remember_secret_vars, without_secrets};
 
 use crate::config::Config;
 use crate::election::LeaderWork;
@@ -84,7 +85,10 @@ impl ExecWork {
     fn spawn(&self, term: &TermView) -> Result<Keeper, ExecError> {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         let mut cmd = tokio::process::Command::new(own_binary());
-        cmd.arg0("leaderd-keeper")
+        // A group of its own: a signal to leaderd's group (`kill -9 -PGID`, Ctrl-\) must
+        // leave the keeper alive to kill the child when leaderd goes away.
+        cmd.process_group(0)
+            .arg0("leaderd-keeper")
             .arg("__keeper")
             .arg("--stop-signal")
             .arg(self.stop_signal.as_str())
@@ -101,9 +105,7 @@ impl ExecWork {
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());
-        for var in secret_vars() {
-            cmd.env_remove(var); // leaderd's secrets are not the child's
-        }
+        without_secrets(cmd.as_std_mut());
         let process = cmd.spawn()?;
         drop(cmd); // our copy of the keeper's end: its closing must reach us as end of file
         ours.set_nonblocking(true)?;
@@ -126,6 +128,8 @@ impl ExecWork {
             group: None,
             ended: None,
             fence: term.fence,
+            command: format!("{:?}", self.command),
+            start_error: None,
         })
     }
 }
@@ -210,14 +214,19 @@ struct Keeper {
     /// The child's exit code and cause, once reaped.
     ended: Option<(i32, Cause)>,
     fence: u64,
+    /// The command, for the logs.
+    command: String,
+    /// Why the child could not be started, as the keeper reported it.
+    start_error: Option<String>,
 }
 
 impl Keeper {
     /// The next report, applied to what is known; `None` once the keeper's socket closed.
     async fn next(&mut self) -> Option<Report> {
         let report = self.reports.recv().await?;
-        match report {
+        match &report {
             Report::Started(pid) => {
+                let pid = *pid;
                 self.group = Some(Pid::from_raw(pid));
                 tracing::info!(
                     event = "child_started",
@@ -226,24 +235,45 @@ impl Keeper {
                     "child started (pid {pid})"
                 );
             }
+            Report::NotStarted(error) => self.start_error = Some(error.clone()),
             Report::Ended(code, cause) => {
-                self.ended = Some((code, cause));
-                let reason = cause.as_str();
-                if cause == Cause::Expired {
-                    tracing::warn!(event = "child_ended", fence = self.fence, code, cause = reason,
-                        "the keeper killed the child: the term's validity passed without an extension");
-                } else {
-                    tracing::info!(
-                        event = "child_ended",
-                        fence = self.fence,
-                        code,
-                        cause = reason,
-                        "child ended with code {code} ({reason})"
-                    );
-                }
+                self.ended = Some((*code, *cause));
+                self.log_ended(*code, *cause);
             }
         }
         Some(report)
+    }
+
+    fn log_ended(&self, code: i32, cause: Cause) {
+        let (fence, reason) = (self.fence, cause.as_str());
+        match cause {
+            Cause::Expired => tracing::warn!(
+                event = "child_ended",
+                fence,
+                code,
+                cause = reason,
+                "the keeper killed the child: the term's validity passed without an extension"
+            ),
+            Cause::SpawnFailed => {
+                let (command, error) = (&self.command, self.start_error.as_deref().unwrap_or(""));
+                tracing::warn!(
+                    event = "child_ended",
+                    fence,
+                    code,
+                    cause = reason,
+                    command,
+                    error,
+                    "cannot start the child {command}: {error}"
+                );
+            }
+            _ => tracing::info!(
+                event = "child_ended",
+                fence,
+                code,
+                cause = reason,
+                "child ended with code {code} ({reason})"
+            ),
+        }
     }
 
     fn kill_group(&mut self, why: &str) {

@@ -234,9 +234,7 @@ async fn run_command(command: &[String], timeout: Duration) -> Result<(), CheckE
         .stdout(Stdio::null())
         .process_group(0)
         .kill_on_drop(true);
-    for var in crate::exec::secret_vars() {
-        cmd.env_remove(var);
-    }
+    crate::exec::without_secrets(cmd.as_std_mut());
     let mut child = cmd.spawn().map_err(|cause| CheckError::Spawn {
         program: program.clone(),
         cause,

@@ -238,9 +238,16 @@ pub(crate) fn hooks(config: &Config, metrics: Arc<Metrics>) -> (HookSink, HookRu
     (sink, runner)
 }
 
-/// Runs queued hooks one at a time until `finish` is cancelled (no more events come) or
-/// `shutdown` is; from the earlier of the two, what is queued (and running) still runs
-/// within `exec.grace_period`, then the rest are killed or dropped and counted.
+/// After a shutdown signal, hooks run at most this long past `exec.grace_period` from the
+/// signal: leaderd exits within `grace_period + 1s` of it, its own last steps included.
+const PAST_GRACE_AT_MOST: Duration = Duration::from_millis(800);
+
+/// Runs queued hooks one at a time until `finish` is cancelled (the election has ended: no
+/// more events come); what is queued (and running) then still runs within
+/// `exec.grace_period`, and after a `shutdown` signal never later than
+/// [`PAST_GRACE_AT_MOST`] past the grace period from the signal (the shutdown's own
+/// `stepped_down` comes only after the child stopped, which may take the whole grace
+/// period). Then the rest are killed or dropped and counted.
 pub(crate) async fn run_hooks(
     runner: HookRunner,
     shutdown: CancellationToken,
@@ -249,12 +256,15 @@ pub(crate) async fn run_hooks(
     let (deadline_tx, deadline) = watch::channel(None::<Instant>);
     let grace = runner.grace;
     let ending = async move {
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = finish.cancelled() => {}
-        }
-        deadline_tx.send_replace(Some(Instant::now() + grace));
+        let cap = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => Some(Instant::now() + grace + PAST_GRACE_AT_MOST),
+            _ = finish.cancelled() => None,
+        };
+        deadline_tx.send_replace(cap);
         finish.cancelled().await;
+        let end = Instant::now() + grace;
+        deadline_tx.send_replace(Some(cap.map_or(end, |cap| cap.min(end))));
         deadline_tx
     };
     tokio::pin!(ending);
@@ -323,60 +333,39 @@ async fn kill_time(timeout_at: Instant, mut deadline: watch::Receiver<Option<Ins
     }
 }
 
+/// One `hook_finished` for every run; and `hook_failed` at WARN unless it exited 0.
 fn log_outcome(hook: &str, outcome: &process::Outcome, elapsed_ms: u64) {
-    match outcome {
-        process::Outcome::Exited(code) => {
-            let code = *code;
-            tracing::info!(
-                event = "hook_finished",
-                hook,
-                code,
-                elapsed_ms,
-                "hook {hook} exited with {code}"
-            );
-            if code != 0 {
-                tracing::warn!(
-                    event = "hook_failed",
-                    hook,
-                    code,
-                    elapsed_ms,
-                    reason = "exit",
-                    "hook {hook} failed: exit code {code}"
-                );
-            }
-        }
-        process::Outcome::Signalled(signal) => {
-            tracing::info!(
-                event = "hook_finished",
-                hook,
-                code = None::<i32>,
-                signal,
-                elapsed_ms,
-                "hook {hook} ended by signal {signal}"
-            );
-            tracing::warn!(
-                event = "hook_failed",
-                hook,
-                signal,
-                elapsed_ms,
-                reason = "signal",
-                "hook {hook} failed: signal {signal}"
-            );
-        }
-        process::Outcome::TimedOut => {
-            tracing::info!(
-                event = "hook_finished",
-                hook,
-                code = None::<i32>,
-                elapsed_ms,
-                "hook {hook} killed at its timeout"
-            );
-            tracing::warn!(event = "hook_failed", hook, elapsed_ms, reason = "timeout", "hook {hook} failed: still running at its timeout (or the shutdown's grace period), killed with its process group");
-        }
-        process::Outcome::NotStarted(err) => {
-            tracing::warn!(event = "hook_failed", hook, elapsed_ms, reason = "start", error = %err, "hook {hook} failed to start: {err}");
-        }
-    }
+    use process::Outcome;
+    let code = outcome.code();
+    tracing::info!(
+        event = "hook_finished",
+        hook,
+        code,
+        elapsed_ms,
+        "hook {hook} finished with code {code}"
+    );
+    let (reason, why) = match outcome {
+        Outcome::Exited(0) => return,
+        Outcome::Exited(_) => ("exit", format!("exit code {code}")),
+        Outcome::Signalled(signal) => ("signal", format!("signal {signal}")),
+        Outcome::TimedOut => ("timeout", "still running at its timeout (or the shutdown's grace period), killed with its process group".to_string()),
+        Outcome::NotStarted(err) => ("start", format!("cannot start: {err}")),
+    };
+    let signal = matches!(outcome, Outcome::Signalled(_)).then_some(code - 128);
+    let error = match outcome {
+        Outcome::NotStarted(err) => Some(err.to_string()),
+        _ => None,
+    };
+    tracing::warn!(
+        event = "hook_failed",
+        hook,
+        code,
+        elapsed_ms,
+        reason,
+        signal,
+        error = error.as_deref(),
+        "hook {hook} failed: {why}"
+    );
 }
 
 #[cfg(test)]

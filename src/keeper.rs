@@ -6,14 +6,16 @@
 //!
 //! - leaderd sends `extend <ns>` (a new validity) and `stop`;
 //! - the keeper sends `pid <pid>` once the child runs and `exit <code> <cause>` once it has
-//!   been reaped; then it exits.
+//!   been reaped (after `not_started <error>` when it could not start); then it exits.
 //!
 //! Validities are absolute `CLOCK_MONOTONIC` nanoseconds ([`monotonic_ns`]): leaderd and its
 //! keeper share that clock, and an absolute deadline cannot be stretched by the time a
 //! message waits in the socket. The keeper's own deadline is the validity minus the margin it
 //! was given: when it passes without an extension, the child's process group gets SIGKILL.
 //! `stop` sends the stop signal to the group and SIGKILL at `min(now + grace, deadline)`. End
-//! of file on the socket (leaderd went away, even by SIGKILL) means SIGKILL at once.
+//! of file on the socket (leaderd went away, even by SIGKILL) means SIGKILL at once. The
+//! keeper has a process group of its own (a signal to leaderd's group does not reach it),
+//! and the child dies with the keeper (`PR_SET_PDEATHSIG`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -66,6 +68,16 @@ pub fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
+/// The exit code of a command that could not be started, as a shell gives it: 127 when the
+/// program (or its interpreter) is not found, 126 when it cannot be executed, else 1.
+pub fn start_failure_code(err: &std::io::Error) -> i32 {
+    match err.kind() {
+        std::io::ErrorKind::NotFound => 127,
+        std::io::ErrorKind::PermissionDenied => 126,
+        _ => 1,
+    }
+}
+
 enum Event {
     Extend(u64),
     Stop,
@@ -76,9 +88,9 @@ enum Event {
 
 /// Runs the keeper; returns its own exit code (0 once the child is reaped and reported).
 pub fn main(args: KeeperArgs) -> i32 {
-    // leaderd decides when the child stops: terminal and service-manager signals aimed at
-    // our process group must not kill the keeper and orphan the child. Handlers (unlike an
-    // ignored disposition) are reset for the child by exec.
+    // leaderd decides when the child stops: a service manager's signal to every process of
+    // the service must not end the keeper first. Handlers (unlike an ignored disposition)
+    // are reset for the child by exec.
     let ignored = Arc::new(AtomicBool::new(false));
     for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         let _ = signal_hook::flag::register(sig as i32, ignored.clone());
@@ -110,20 +122,19 @@ pub fn main(args: KeeperArgs) -> i32 {
     let (tx, events) = mpsc::channel();
     let reader = tx.clone();
     std::thread::spawn(move || read_requests(link, reader));
-    let mut child = match Command::new(&args.command[0])
+    let keeper = nix::unistd::getpid();
+    let mut command = Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .stdin(Stdio::null())
-        .process_group(0)
-        .spawn()
-    {
+        .process_group(0);
+    // SAFETY: the hook makes only async-signal-safe system calls and allocates nothing.
+    unsafe { command.pre_exec(move || die_with_keeper(keeper)) };
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
-            let code = match err.kind() {
-                std::io::ErrorKind::NotFound => 127,
-                std::io::ErrorKind::PermissionDenied => 126,
-                _ => 1,
-            };
-            eprintln!("leaderd keeper: cannot run {:?}: {err}", args.command[0]);
+            send(&mut out, &Report::NotStarted(err.to_string()));
+            let code = start_failure_code(&err);
             send(&mut out, &Report::Ended(code, Cause::SpawnFailed));
             return 0;
         }
@@ -148,6 +159,16 @@ pub fn main(args: KeeperArgs) -> i32 {
         .unwrap_or_else(|_| ExitStatus::from_raw(Signal::SIGKILL as i32));
     send(&mut out, &Report::Ended(exit_code(status), cause));
     0
+}
+
+/// In the child before exec: SIGKILL when the keeper dies, however it dies, so that the
+/// child never runs without it; an error if the keeper is already gone.
+fn die_with_keeper(keeper: Pid) -> std::io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    if nix::unistd::getppid() != keeper {
+        return Err(nix::errno::Errno::ESRCH.into());
+    }
+    Ok(())
 }
 
 /// The child's group and when it must be dead.

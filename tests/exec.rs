@@ -1,7 +1,8 @@
 //! Exec mode with real processes: a child that writes `<unix_ms> <fence>` lines every few ms
 //! must never run beside another term's child, nor after its own term's validity, whatever
 //! happens to leaderd (SIGKILL, SIGSTOP, SIGTERM), to Redis or to the link; children die
-//! with their whole process group; `on_exit` both ways.
+//! with their whole process group; `on_exit` both ways; a child that cannot start is a WARN
+//! line of leaderd.
 
 mod exec_common;
 mod support;
@@ -331,4 +332,28 @@ fn on_exit_release_contends_again_and_on_exit_exit_passes_the_code() {
     assert!(events(&r, "stepped_down")
         .iter()
         .all(|e| event_name(e).is_some()));
+}
+
+#[test]
+fn a_child_that_cannot_start_is_a_warn_line_naming_the_command_and_the_error() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Found and executable, so no configuration check can reject it; exec fails (ENOENT).
+    let script = dir.path().join("bad-interpreter");
+    std::fs::write(&script, "#!/nonexistent/interpreter\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = script.display().to_string();
+    let exec = vec![program.clone(), "an-arg".into()];
+    let d = Daemon::spawn(&opts("nostart", "a", &redis.url(), GRACE_300, exec));
+    let ended = wait_event(&d, "child_ended", 1, SLOW);
+    let text = |key| field(&ended, key).and_then(Value::as_str).unwrap_or("");
+    assert_eq!(text("level"), "WARN", "{ended}");
+    assert_eq!(text("cause"), "spawn_failed", "{ended}");
+    assert_eq!(u64_of(&ended, "code"), 127);
+    assert!(text("command").contains(&program), "{ended}");
+    assert!(text("error").contains("No such file"), "{ended}");
+    let log = d.log();
+    let plain: Vec<&str> = log.lines().filter(|l| !l.starts_with('{')).collect();
+    assert!(plain.is_empty(), "lines that are not JSON: {plain:?}");
 }

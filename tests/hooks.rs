@@ -1,6 +1,7 @@
 //! Hooks with the real daemon, real redis-server and real hook processes: each event once
 //! and in order with its environment; a 60 s hook never delays the election; a hung hook is
-//! SIGKILLed with its group; the queue bound; queued hooks on shutdown; bad commands.
+//! SIGKILLed with its group; every run logs `hook_finished` with a code; the queue bound;
+//! queued hooks on shutdown; bad commands.
 
 mod support;
 
@@ -240,6 +241,14 @@ fn a_hung_hook_is_killed_with_its_group_at_the_timeout() {
     );
     let elapsed = field_u64(&failed[0], "elapsed_ms").unwrap();
     assert!((650..5000).contains(&elapsed), "killed after {elapsed} ms");
+    let finished = wait_event(&d, "hook_finished", 1, Duration::from_secs(5));
+    assert_eq!(
+        field_u64(&finished[0], "code"),
+        Some(128 + 9),
+        "{}",
+        finished[0]
+    );
+    assert!(field_u64(&finished[0], "elapsed_ms").is_some());
     assert!(started.elapsed() < Duration::from_secs(15));
     let pid: i32 = std::fs::read_to_string(&pidfile)
         .unwrap()
@@ -267,6 +276,47 @@ fn a_hung_hook_is_killed_with_its_group_at_the_timeout() {
         ),
         Some(1.0)
     );
+}
+
+#[test]
+fn every_run_logs_one_hook_finished_with_a_code_even_when_the_hook_cannot_start() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Found and executable (the configuration accepts it), yet exec fails: ENOENT.
+    let script = dir.path().join("bad-interpreter");
+    std::fs::write(&script, "#!/nonexistent/interpreter\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bad = serde_json::to_string(&[script.display().to_string()]).unwrap();
+    let fail = r#"["sh", "-c", "exit 3"]"#;
+    let mut o = DaemonOpts::new("hooks-codes", "a", &redis.url());
+    o.extra_yaml = hooks_yaml(&bad, fail, "[]", "5s");
+    let d = Daemon::spawn(&o);
+    wait_event(&d, "acquired", 1, Duration::from_secs(10));
+    d.signal(Signal::SIGUSR1);
+    let finished = wait_event(&d, "hook_finished", 2, Duration::from_secs(10));
+    let of = |hook: &str| -> Vec<&Value> {
+        finished
+            .iter()
+            .filter(|e| field(e, "hook").and_then(Value::as_str) == Some(hook))
+            .collect()
+    };
+    let (start, exit) = (of("on_acquired"), of("on_stepped_down"));
+    assert_eq!((start.len(), exit.len()), (1, 1), "{finished:?}");
+    assert_eq!(field_u64(start[0], "code"), Some(127), "{}", start[0]);
+    assert_eq!(field_u64(exit[0], "code"), Some(3), "{}", exit[0]);
+    assert!(finished
+        .iter()
+        .all(|e| field_u64(e, "elapsed_ms").is_some()));
+    let failed = d.events_named("hook_failed");
+    let reasons: Vec<_> = failed
+        .iter()
+        .map(|e| field(e, "reason").and_then(Value::as_str).unwrap_or(""))
+        .collect();
+    assert_eq!(reasons, ["start", "exit"], "{failed:?}");
+    assert!(failed
+        .iter()
+        .all(|e| field(e, "level").and_then(Value::as_str) == Some("WARN")));
 }
 
 #[test]

@@ -17,8 +17,16 @@ pub(crate) fn remember_secret_vars(config: &Config) {
     let _ = SECRET_VARS.set(secret_vars_of(config, std::env::vars_os()));
 }
 
+/// Removes the secret variables from `command`'s environment: the one place that decides what
+/// exec mode's child, the hooks and the health check do not inherit.
+pub(crate) fn without_secrets(command: &mut std::process::Command) {
+    for var in secret_vars() {
+        command.env_remove(var);
+    }
+}
+
 /// The variables to remove from a child's environment.
-pub(crate) fn secret_vars() -> Vec<OsString> {
+fn secret_vars() -> Vec<OsString> {
     let mut vars: Vec<OsString> = ALWAYS.iter().map(OsString::from).collect();
     vars.extend(SECRET_VARS.get().into_iter().flatten().cloned());
     vars
@@ -61,6 +69,18 @@ fn url_password(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_lose_the_variables_that_always_go() {
+        let mut command = std::process::Command::new("true");
+        without_secrets(&mut command);
+        let removed: Vec<_> = command
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        assert!(ALWAYS.iter().all(|v| removed.contains(&OsString::from(v))));
+    }
 
     #[test]
     fn passwords_in_urls_are_found() {

@@ -1,6 +1,6 @@
 //! One hook run: the command started directly in its own process group, stdin `/dev/null`,
-//! output shared, the leaderd secret removed from its environment, SIGKILLed with its group
-//! at its deadline.
+//! output shared, the environment of exec mode (without leaderd's secrets), SIGKILLed with
+//! its group at its deadline.
 
 use std::process::Stdio;
 
@@ -21,6 +21,17 @@ pub(super) enum Outcome {
 }
 
 impl Outcome {
+    /// The `code` logged: the exit code, 128 + the signal's number for a signal (137 for the
+    /// SIGKILL at the deadline), 127 or 126 for a failure to start (as a shell gives them).
+    pub(super) fn code(&self) -> i32 {
+        match self {
+            Outcome::Exited(code) => *code,
+            Outcome::Signalled(signal) => 128 + signal,
+            Outcome::TimedOut => 128 + Signal::SIGKILL as i32,
+            Outcome::NotStarted(err) => crate::keeper::start_failure_code(err),
+        }
+    }
+
     /// The `result` label.
     pub(super) fn result(&self) -> &'static str {
         match self {
@@ -44,12 +55,12 @@ pub(super) async fn run(
     command
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .env_remove("LEADERD_REDIS_PASSWORD") // leaderd's secret is not the hook's
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
+    crate::exec::without_secrets(command.as_std_mut());
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => return Outcome::NotStarted(err),

@@ -1,6 +1,6 @@
 //! The keeper's wire protocol, one line per message, each a type with `Display` (what is
 //! written, without the newline) and `parse`: leaderd's [`Request`]s (`extend <ns>`, `stop`)
-//! and the keeper's [`Report`]s (`pid <pid>`, `exit <code> <cause>`).
+//! and the keeper's [`Report`]s (`pid <pid>`, `not_started <error>`, `exit <code> <cause>`).
 
 use std::fmt;
 
@@ -75,10 +75,13 @@ impl Cause {
 }
 
 /// A line from the keeper to leaderd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Report {
     /// The child runs; its pid is also its process group.
     Started(i32),
+    /// The child could not be started, for this reason (an `Ended` with
+    /// [`Cause::SpawnFailed`] follows).
+    NotStarted(String),
     /// The child has been reaped: its exit code (128 + signal for a signal) and why.
     Ended(i32, Cause),
 }
@@ -86,6 +89,9 @@ pub enum Report {
 impl Report {
     /// Parses one line; `None` for anything else.
     pub fn parse(line: &str) -> Option<Report> {
+        if let Some(error) = line.strip_prefix("not_started ") {
+            return Some(Report::NotStarted(error.to_string()));
+        }
         let mut words = line.split_whitespace();
         match (words.next()?, words.next()?, words.next()) {
             ("pid", pid, None) => pid.parse().ok().map(Report::Started),
@@ -101,6 +107,7 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Report::Started(pid) => write!(f, "pid {pid}"),
+            Report::NotStarted(error) => write!(f, "not_started {}", error.replace('\n', " ")),
             Report::Ended(code, cause) => write!(f, "exit {code} {}", cause.as_str()),
         }
     }
@@ -115,9 +122,15 @@ mod tests {
         for request in [Request::Extend(42), Request::Stop] {
             assert_eq!(Request::parse(&request.to_string()), Some(request));
         }
-        for report in [Report::Started(7), Report::Ended(137, Cause::SpawnFailed)] {
+        for report in [
+            Report::Started(7),
+            Report::NotStarted("No such file or directory (os error 2)".into()),
+            Report::Ended(137, Cause::SpawnFailed),
+        ] {
             assert_eq!(Report::parse(&report.to_string()), Some(report));
         }
+        let two_lines = Report::NotStarted("a\nb".into()).to_string();
+        assert_eq!(two_lines, "not_started a b");
         assert_eq!(Request::parse("stop now"), None);
         assert_eq!(Request::parse("extend x"), None);
     }

@@ -1,5 +1,6 @@
-//! Shared by `tests/exec.rs`: the writer child, reading its lines back, the checks over
-//! children and logs, leader detection and process inspection through `/proc`.
+//! Shared by the exec-mode tests: the writer and heartbeat children, reading their lines
+//! back, the checks over children and logs, leader detection and process (and process
+//! group) inspection through `/proc`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -29,6 +30,21 @@ pub fn writer(out: &Path, ignore_term: bool) -> Vec<String> {
          while (1) {{ printf $f \"%d %s\\n\", int(time() * 1000), $ENV{{LEADERD_FENCE}}; sleep(0.004); }}"
     );
     vec!["perl".into(), "-e".into(), prog, out.display().to_string()]
+}
+
+/// A perl child that starts a `sleep 1000` in its own process group, then appends
+/// `<unix_ms> <fence>` to `out` every 50ms (the format of [`writer`]).
+pub fn heartbeat(out: &Path) -> Vec<String> {
+    let prog = "use Time::HiRes qw(time sleep); \
+         if (fork() == 0) { exec('sleep', '1000'); die \"exec: $!\"; } \
+         open(my $f, '>>', $ARGV[0]) or die \"open: $!\"; select((select($f), $| = 1)[0]); \
+         while (1) { printf $f \"%d %s\\n\", int(time() * 1000), $ENV{LEADERD_FENCE}; sleep(0.05); }";
+    vec![
+        "perl".into(),
+        "-e".into(),
+        prog.into(),
+        out.display().to_string(),
+    ]
 }
 
 /// `fence -> (first ms, last ms, lines)` of the writer output.
@@ -169,6 +185,46 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     }
     found.remove(0);
     found
+}
+
+/// The living (not zombie) processes of process group `pgid`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().take(3).collect();
+        if f.len() == 3 && f[0] != "Z" && f[2].parse() == Ok(pgid) {
+            found.push(p);
+        }
+    }
+    found
+}
+
+/// SIGKILLs a process group when dropped: a failing test leaves no child running.
+pub struct GroupGuard(pub u32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.0 as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// The pid of `d`'s keeper process (`leaderd-keeper __keeper ...`), once there is one.
+pub fn keeper_of(d: &Daemon) -> u32 {
+    wait_until(SLOW, POLL, || {
+        descendants(d.pid()).into_iter().find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == b"__keeper"))
+        })
+    })
+    .expect("no keeper process")
 }
 
 /// The pid of the current term's child, from its `child_started` line.

@@ -3,12 +3,12 @@
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, killpg, SigHandler, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
@@ -41,6 +41,9 @@ pub struct DaemonOpts {
     pub extra_args: Vec<String>,
     /// Set in the daemon's environment (inherited `LEADERD_*` variables are removed first).
     pub env: Vec<(String, String)>,
+    /// Started as the leader of a process group of its own, with SIGINT and SIGQUIT at their
+    /// default dispositions, as a shell starts a foreground job (see [`Daemon::signal_group`]).
+    pub own_group: bool,
 }
 
 impl Default for DaemonOpts {
@@ -57,6 +60,7 @@ impl Default for DaemonOpts {
             exec: Vec::new(),
             extra_args: Vec::new(),
             env: Vec::new(),
+            own_group: false,
         }
     }
 }
@@ -186,6 +190,14 @@ impl Daemon {
     pub fn signal(&self, sig: Signal) {
         if self.status.is_none() {
             let _ = kill(Pid::from_raw(self.child.id() as i32), sig);
+        }
+    }
+
+    /// Send a signal to its process group (spawned with `own_group`: its group alone).
+    pub fn signal_group(&self, sig: Signal) {
+        assert!(self.opts.own_group, "not in a process group of its own");
+        if self.status.is_none() {
+            let _ = killpg(Pid::from_raw(self.child.id() as i32), sig);
         }
     }
 
@@ -369,6 +381,18 @@ fn spawn_child(opts: &DaemonOpts, dir: &Path) -> Child {
         cmd.arg("--").args(&opts.exec);
     }
     scrub_env(&mut cmd);
+    if opts.own_group {
+        cmd.process_group(0);
+        // SAFETY: only async-signal-safe calls (sigaction) between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                for sig in [Signal::SIGINT, Signal::SIGQUIT] {
+                    nix::sys::signal::signal(sig, SigHandler::SigDfl)?;
+                }
+                Ok(())
+            });
+        }
+    }
     cmd.envs(opts.env.iter().map(|(k, v)| (k, v)))
         .current_dir(dir)
         .stdin(Stdio::null())
