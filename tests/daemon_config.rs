@@ -348,3 +348,86 @@ fn http_address_in_use_is_exit_1_naming_it() {
     drop(taken);
     let _ = now_ms();
 }
+
+/// The uid (and gid) of `nobody`, which cannot execute a root-owned mode-0700 script.
+const NOBODY: u32 = 65534;
+
+/// Runs leaderd with `args` as uid and gid [`NOBODY`]: the exit code (None if it ran past
+/// `timeout` and was killed) and stderr. None when leaderd cannot be started as that user.
+fn run_as_nobody(args: &[&str], timeout: Duration) -> Option<(Option<i32>, String)> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let err_path = dir.path().join("stderr");
+    let err = std::fs::File::create(&err_path).unwrap();
+    let spawned = Command::new(support::leaderd_bin())
+        .args(args)
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(err))
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("skipped: leaderd cannot be started as uid {NOBODY}: {e}");
+            return None;
+        }
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Some((code, std::fs::read_to_string(&err_path).unwrap_or_default()))
+}
+
+/// Audit V1: a hook that exists and has an x bit, but only for its owner (root), cannot be
+/// run by leaderd running as another user: check-config and run refuse it as that user.
+#[test]
+fn a_hook_that_this_user_may_not_execute_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    if std::fs::metadata(dir.path()).unwrap().uid() != 0 {
+        eprintln!("skipped: needs root, to own the script and run leaderd as uid {NOBODY}");
+        return;
+    }
+    let open = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(dir.path(), open).unwrap();
+    let script = dir.path().join("root-only.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let hook = format!(
+        "hooks:\n  on_acquired: [{:?}]\n",
+        script.display().to_string()
+    );
+    let path = write(dir.path(), &format!("{}{hook}", base_config()));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    // As root the script may run.
+    let ok = cli(&["check-config", "--config", &path]);
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+    for command in ["check-config", "run"] {
+        let args = [command, "--config", &path];
+        let Some((code, stderr)) = run_as_nobody(&args, Duration::from_secs(5)) else {
+            return;
+        };
+        let what = format!("{command} as uid {NOBODY}");
+        assert_eq!(code, Some(2), "{what}: {stderr}");
+        let line = stderr.trim();
+        assert_eq!(line.lines().count(), 1, "{what}: {stderr}");
+        assert!(
+            line.contains("hooks.on_acquired[0]") && line.contains("not executable"),
+            "{what}: {line}"
+        );
+    }
+}

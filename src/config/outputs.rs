@@ -1,7 +1,6 @@
 //! The sections `hooks` and `proxy`: commands run when leadership changes and the
 //! leader-aware proxy, with their checks (a hook must name a program that can run).
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -82,9 +81,13 @@ pub(crate) enum ProgramError {
         #[source]
         source: std::io::Error,
     },
-    /// The path is a file without any execute bit.
-    #[error("({}) is not executable", .0.display())]
-    NotExecutable(PathBuf),
+    /// The path is a file this process may not execute (access(2) with X_OK).
+    #[error("({}) is not executable by this user: {source}", path.display())]
+    NotExecutable {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
     /// The path is a directory or another non-file.
     #[error("({}) is not a file", .0.display())]
     NotAFile(PathBuf),
@@ -113,21 +116,28 @@ pub(crate) fn find_program(program: &str, path_var: &str) -> Result<PathBuf, Pro
     Err(last.unwrap_or_else(|| ProgramError::NotOnPath(path_var.to_string())))
 }
 
+/// A regular file that this process may execute: not "has an x bit", which a root-owned
+/// mode-0700 script has too when leaderd runs as another user.
 fn executable(path: &Path) -> Result<(), ProgramError> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
-        Ok(m) if m.is_file() => Err(ProgramError::NotExecutable(path.to_path_buf())),
-        Ok(_) => Err(ProgramError::NotAFile(path.to_path_buf())),
-        Err(source) => Err(ProgramError::Missing {
+    let meta = std::fs::metadata(path).map_err(|source| ProgramError::Missing {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(ProgramError::NotAFile(path.to_path_buf()));
+    }
+    nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).map_err(|source| {
+        ProgramError::NotExecutable {
             path: path.to_path_buf(),
             source,
-        }),
-    }
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn finds_programs_on_path_and_rejects_the_rest() {
