@@ -125,7 +125,8 @@ struct CommonFlags {
 }
 
 impl CommonFlags {
-    fn overrides(self, exec_command: Vec<String>) -> Overrides {
+    /// `check_programs`: the command runs or checks the hooks and exec (check-config, run).
+    fn overrides(self, exec_command: Vec<String>, check_programs: bool) -> Overrides {
         Overrides {
             config_path: self.config,
             name: self.name,
@@ -139,6 +140,7 @@ impl CommonFlags {
             log_format: self.log_format,
             log_level: self.log_level,
             exec_command,
+            check_programs,
         }
     }
 }
@@ -194,21 +196,21 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Run { common, command } => run(common.overrides(command)),
+        Command::Run { common, command } => run(common.overrides(command, true)),
         Command::CheckConfig { common, probe } => {
-            check_config(&common.overrides(Vec::new()), probe)
+            check_config(&common.overrides(Vec::new(), true), probe)
         }
         Command::Status {
             common,
             json,
             watch,
-        } => status(&common.overrides(Vec::new()), json, watch),
+        } => status(&common.overrides(Vec::new(), false), json, watch),
         Command::Handover {
             common,
             to,
             timeout,
             json,
-        } => handover::handover(&common.overrides(Vec::new()), to, timeout, json),
+        } => handover::handover(&common.overrides(Vec::new(), false), to, timeout, json),
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
     }

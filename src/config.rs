@@ -349,6 +349,9 @@ pub struct Overrides {
     pub log_level: Option<String>,
     /// From `-- COMMAND ARGS`; when non-empty it replaces `exec.command`.
     pub exec_command: Vec<String>,
+    /// Check that the hook and exec programs can be run on this host (`check-config` and
+    /// `run`; `status` and `handover` may run on an operator's host that lacks them).
+    pub check_programs: bool,
 }
 
 /// Every problem found in a configuration, each one line naming the key or flag, the bad

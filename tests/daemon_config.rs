@@ -431,3 +431,34 @@ fn a_hook_that_this_user_may_not_execute_is_refused() {
         );
     }
 }
+
+/// Audit D4: an exec program that cannot be found or run is refused like a hook's, naming
+/// `exec.command` and the value, whether it comes from the file or from `run -- COMMAND`.
+#[test]
+fn an_exec_program_that_cannot_run_is_refused_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable.sh");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let plain = plain.display().to_string();
+    let cases = [
+        ("/nonexistent/cmd", "cannot be found"),
+        ("no-such-program-xyz", "cannot be found on PATH"),
+        (plain.as_str(), "not executable"),
+    ];
+    for (program, why) in cases {
+        let exec = format!("exec:\n  command: [{program:?}, \"x\"]\n  grace_period: 100ms\n");
+        let path = write(dir.path(), &format!("{}{exec}", base_config()));
+        for command in ["check-config", "run"] {
+            let out = cli(&[command, "--config", &path]);
+            let what = format!("{command} with exec.command [{program}]");
+            assert_one_line_error(&out, &["exec.command[0]", program, why], &what);
+        }
+        let exec = "exec:\n  grace_period: 100ms\n";
+        let path = write(dir.path(), &format!("{}{exec}", base_config()));
+        let out = cli(&["run", "--config", &path, "--", program, "x"]);
+        let what = format!("run -- {program}");
+        assert_one_line_error(&out, &["exec.command[0]", "--", program, why], &what);
+    }
+}

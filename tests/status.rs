@@ -90,3 +90,41 @@ fn status_shows_a_quarantine_and_a_reservation() {
     );
     assert_eq!(st["fence"], 79, "{st}");
 }
+
+/// Audit V3: `status` and `handover` run on an operator's host, which need not have the
+/// replicas' hook and exec programs: only check-config and run check that they can run.
+#[test]
+fn status_and_handover_do_not_need_the_hook_and_exec_programs() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("config.yaml");
+    let yaml = format!(
+        "name: st-ops\nidentity: probe\nredis:\n  url: {}\n\
+         hooks:\n  on_acquired: [/opt/app/bin/notify]\n  on_leader_changed: [no-such-notifier-xyz]\n\
+         exec:\n  command: [/opt/app/bin/worker, --once]\n",
+        redis.url()
+    );
+    std::fs::write(&path, yaml).expect("write config");
+    let path = path.to_str().unwrap();
+    let bound = Duration::from_secs(10);
+    for args in [
+        vec!["status", "--config", path],
+        vec!["status", "--json", "--config", path],
+        vec!["handover", "--config", path],
+    ] {
+        let out = run_cli(&args, &[], bound);
+        // Vacant: exit 3 ("nobody leads" for handover), not 2 for the missing programs.
+        assert_eq!(out.code, Some(3), "{args:?}: {out:?}");
+        assert!(!out.stderr.contains("notify"), "{args:?}: {out:?}");
+    }
+    // check-config (and run) still refuse them, every one named.
+    let out = run_cli(&["check-config", "--config", path], &[], bound);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    for key in [
+        "hooks.on_acquired[0]",
+        "hooks.on_leader_changed[0]",
+        "exec.command[0]",
+    ] {
+        assert!(out.stderr.contains(key), "{key} not in {out:?}");
+    }
+}

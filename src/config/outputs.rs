@@ -10,11 +10,13 @@ use super::{HooksConfig, OnChange, ProxyConfig};
 
 const DEFAULT_UPSTREAM: &str = "127.0.0.1:8080";
 
-pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>) -> HooksConfig {
+/// `on_this_host`: also check that each hook's program can be run here.
+pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>, on_this_host: bool) -> HooksConfig {
     let n = r.section(root, "hooks");
     let mut command = |leaf: &str| {
         let cmd = r.list(r.file(&n, leaf)).unwrap_or_default();
-        check_program(r, &n.key(leaf), &cmd);
+        let key = n.key(leaf);
+        check_program(r, &key, &format!("{key}[0]"), &cmd, on_this_host);
         cmd
     };
     HooksConfig {
@@ -54,13 +56,26 @@ pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
     cfg
 }
 
-/// A hook's first item must be a program that exists and may be executed: a path, or a
-/// name found on `PATH`.
-fn check_program(r: &mut Reader<'_>, key: &str, cmd: &[String]) {
+/// A command's first item (shown as `label`) names its program: never "", and with
+/// `on_this_host` a program that exists here and may be executed (a path, or a name found
+/// on `PATH`).
+pub(super) fn check_program(
+    r: &mut Reader<'_>,
+    key: &str,
+    label: &str,
+    cmd: &[String],
+    on_this_host: bool,
+) {
     let Some(program) = cmd.first() else { return };
-    let path = r.env("PATH").unwrap_or_default();
-    if let Err(why) = find_program(program, &path) {
-        r.problem(key, format!("{key}[0]: {program:?} {why}"));
+    let found = if program.is_empty() {
+        Err(ProgramError::Empty)
+    } else if on_this_host {
+        find_program(program, &r.env("PATH").unwrap_or_default())
+    } else {
+        return;
+    };
+    if let Err(why) = found {
+        r.problem(key, format!("{label}: {program:?} {why}"));
     }
 }
 

@@ -167,10 +167,6 @@ pub(super) fn across(r: &mut Reader<'_>, c: &Config) {
     if !c.exec.command.is_empty() {
         exec_grace(r, c);
     }
-    if c.exec.command.first().is_some_and(String::is_empty) {
-        let msg = "exec.command[0]: \"\" is not allowed (the first item is the program to run)";
-        r.problem("exec.command", msg.to_string());
-    }
 }
 
 /// The child must be stopped before a lease that was not renewed can pass to another replica.

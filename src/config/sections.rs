@@ -29,7 +29,7 @@ pub(super) fn build(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> Confi
         publish: publish(r, root, o),
         exec: exec(r, root, o),
         logging: logging(r, root, o),
-        hooks: super::outputs::hooks(r, root),
+        hooks: super::outputs::hooks(r, root, o.check_programs),
         proxy: super::outputs::proxy(r, root),
     }
 }
@@ -309,12 +309,14 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
 fn exec(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ExecConfig {
     let n = r.section(root, "exec");
     let from_file = r.list(r.file(&n, "command")).unwrap_or_default();
+    let (command, label) = if o.exec_command.is_empty() {
+        (from_file, "exec.command[0]")
+    } else {
+        (o.exec_command.clone(), "exec.command[0] (run -- COMMAND)")
+    };
+    super::outputs::check_program(r, "exec.command", label, &command, o.check_programs);
     ExecConfig {
-        command: if o.exec_command.is_empty() {
-            from_file
-        } else {
-            o.exec_command.clone()
-        },
+        command,
         stop_signal: r
             .get(r.file(&n, "stop_signal"), v::signal)
             .unwrap_or(Signal::SIGTERM),

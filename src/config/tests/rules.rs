@@ -1,7 +1,7 @@
 //! Tests of the checks: single values, unknown keys, Redis modes and the rules between keys,
 //! each problem named and all of them collected.
 
-use super::{no_env, ok, one_problem, problems, problems_with};
+use super::{env_of, no_env, ok, one_problem, problems, problems_with};
 use crate::config::Overrides;
 
 #[test]
@@ -230,5 +230,42 @@ fn type_errors_name_key_value_and_what_is_allowed() {
     one_problem(
         "just text",
         &["the top level is \"just text\", but it must be a mapping"],
+    );
+}
+
+#[test]
+fn programs_are_checked_on_this_host_only_when_asked() {
+    let yaml = "name: x\nhooks: {on_acquired: [no-such-program-xyz]}\n\
+                exec: {command: [/nonexistent/cmd, a], grace_period: 1s}";
+    ok(yaml);
+    let o = Overrides {
+        check_programs: true,
+        ..Default::default()
+    };
+    let found = problems_with(yaml, &o, &env_of(&[("PATH", "/bin:/usr/bin")]));
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("exec.command[0]: \"/nonexistent/cmd\" cannot be found"));
+    assert!(found[1].starts_with(
+        "hooks.on_acquired[0]: \"no-such-program-xyz\" cannot be found on PATH (/bin:/usr/bin)"
+    ));
+    let o = Overrides {
+        exec_command: vec!["no-such-program-xyz".into()],
+        check_programs: true,
+        ..Default::default()
+    };
+    let found = problems_with("name: x\nexec: {grace_period: 1s}", &o, &no_env);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with("exec.command[0] (run -- COMMAND): \"no-such-program-xyz\""),
+        "{found:?}"
+    );
+    // "" is never a program, wherever the command runs.
+    one_problem(
+        "name: x\nhooks: {on_stepped_down: ['', a]}",
+        &["hooks.on_stepped_down[0]: \"\" is not allowed (the first item is the program to run)"],
+    );
+    one_problem(
+        "name: x\nexec: {command: ['']}",
+        &["exec.command[0]: \"\" is not allowed"],
     );
 }
