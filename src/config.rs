@@ -457,6 +457,7 @@ fn from_text(
     let root = reader.root(&doc);
     let config = sections::build(&mut reader, &root, overrides);
     rules::across(&mut reader, &config);
+    rules::redis_client(&mut reader, &config);
     let problems = reader.into_problems();
     if problems.is_empty() {
         Ok(config)

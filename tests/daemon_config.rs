@@ -462,3 +462,44 @@ fn an_exec_program_that_cannot_run_is_refused_naming_it() {
         assert_one_line_error(&out, &["exec.command[0]", "--", program, why], &what);
     }
 }
+
+/// Audit V2: check-config and run list every problem at once, including those the Redis
+/// client would find (a URL it cannot parse, `min_replicas_ack` with Redlock).
+#[test]
+fn problems_the_redis_client_finds_come_with_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base_config();
+    let url_line = base.lines().find(|l| l.contains("url: redis://")).unwrap();
+    let cases = [
+        (
+            "  mode: redlock\n  urls: [redis://127.0.0.1:1, redis://127.0.0.1:2, redis://127.0.0.1:3]\n  min_replicas_ack: 1",
+            vec!["redis.min_replicas_ack: 1", "election.jitter"],
+        ),
+        (
+            "  url: redis://127.0.0.1:1/notanumber",
+            vec!["redis.url: \"redis://127.0.0.1:1/notanumber\"", "election.jitter"],
+        ),
+        (
+            "  mode: sentinel",
+            vec!["redis.sentinels", "redis.master_name", "election.jitter"],
+        ),
+    ];
+    for (redis, lines) in cases {
+        let text = base
+            .replacen(url_line, redis, 1)
+            .replacen("jitter: 0.2", "jitter: 2", 1);
+        let path = write(dir.path(), &text);
+        for command in ["check-config", "run"] {
+            let out = cli(&[command, "--config", &path]);
+            assert_eq!(out.code, Some(2), "{command}: {out:?}");
+            let got: Vec<&str> = out.stderr.lines().collect();
+            assert_eq!(got.len(), lines.len(), "{command}: {out:?}");
+            for want in &lines {
+                assert!(
+                    got.iter().any(|l| l.contains(want)),
+                    "{command}: {want:?} not in {out:?}"
+                );
+            }
+        }
+    }
+}

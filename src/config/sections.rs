@@ -116,6 +116,10 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
     };
     super::rules::redis_mode(r, &addrs, url_label.as_deref());
     let password_file = r.get(r.file(&n, "password_file"), v::path);
+    let min_replicas_ack = r
+        .get(r.file(&n, "min_replicas_ack"), v::count(0))
+        .unwrap_or(0);
+    super::rules::replicas_ack(r, addrs.mode, min_replicas_ack);
     RedisConfig {
         mode: addrs.into_mode(),
         username: r.get(r.file(&n, "username"), non_empty),
@@ -126,9 +130,7 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
             .unwrap_or_else(|| "leaderd:".into()),
         connect_timeout: positive(r, &n, "connect_timeout", Duration::from_secs(1)),
         command_timeout: positive(r, &n, "command_timeout", Duration::from_millis(500)),
-        min_replicas_ack: r
-            .get(r.file(&n, "min_replicas_ack"), v::count(0))
-            .unwrap_or(0),
+        min_replicas_ack,
         tls: tls(r, &n),
     }
 }
@@ -162,7 +164,8 @@ fn url_list(r: &mut Reader<'_>, n: &Node<'_>, leaf: &str) -> Vec<String> {
     let urls = r.list(r.file(n, leaf)).unwrap_or_default();
     for (i, url) in urls.iter().enumerate() {
         if let Err(why) = v::redis_url(url) {
-            r.problem(&key, format!("{key}[{i}]: {why}"));
+            let item = format!("{key}[{i}]");
+            r.problem(&item, format!("{item}: {why}"));
         }
     }
     urls

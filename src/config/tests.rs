@@ -449,7 +449,8 @@ fn empty_file_reports_the_missing_name() {
 #[test]
 fn tls_files_are_checked_shown_and_optional() {
     assert_eq!(ok("name: x").redis.tls, None);
-    let (ca, cert, key) = (temp_file("ca"), temp_file("cert"), temp_file("key"));
+    // The client reads them when it is made (in the same pass as the other checks).
+    let (ca, cert, key) = (temp_file(CERT_PEM), temp_file(CERT_PEM), temp_file(KEY_PEM));
     let yaml = format!(
         "name: x\nredis:\n  url: rediss://h:6380\n  tls: {{ca_file: {}, cert_file: {}, key_file: {}}}\n",
         ca.path().display(),
@@ -482,4 +483,36 @@ fn tls_files_are_checked_shown_and_optional() {
         "name: x\nredis: {tls: {cafile: x}}",
         &["redis.tls.cafile: unknown key (did you mean redis.tls.ca_file?)"],
     );
+    let not_pem = temp_file("key");
+    let yaml = yaml.replace(
+        &key.path().display().to_string(),
+        &not_pem.path().display().to_string(),
+    );
+    one_problem(
+        &yaml,
+        &[
+            "redis.tls: cannot use the TLS files for redis.url",
+            "private key",
+        ],
+    );
 }
+
+/// A self-signed certificate (P-256, valid until 2126) and its key, made for these tests.
+const CERT_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBkjCCATmgAwIBAgIULKmUPOtHi7klVA6bjWg1rjYoUr8wCgYIKoZIzj0EAwIw
+HjEcMBoGA1UEAwwTbGVhZGVyZC1jb25maWctdGVzdDAgFw0yNjEyMDIxNzEyMzNa
+GA8yMTI2MTEwODE3MTIzM1owHjEcMBoGA1UEAwwTbGVhZGVyZC1jb25maWctdGVz
+dDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABBhmuZ8QzVbA+R0UjNKpZ/DgQt/W
+3yjQaspVDSHj3gmbFASJf59+WBut3vo/xEb/7iTAZMLGQlGSagU1B0YHwvmjUzBR
+MB0GA1UdDgQWBBSYoho64ThZr+lpMneUdPe7yQI29DAfBgNVHSMEGDAWgBSYoho6
+4ThZr+lpMneUdPe7yQI29DAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0cA
+MEQCIBYMB5VHafDIjDQi3vSqhgKuV76EbiCTqiE3ayFDkEjGAiB80JOZhwMs0/js
+0qp0cSbIS7BVgLaX7gW1ZvbWFXCw7g==
+-----END CERTIFICATE-----
+";
+const KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgc9HsbMRsCLA2wiyw
+BDMEcI5Q7G/W3ogmeTm3QiblT0uhRANCAAQYZrmfEM1WwPkdFIzSqWfw4ELf1t8o
+0GrKVQ0h494JmxQEiX+fflgbrd76P8RG/+4kwGTCxkJRkmoFNQdGB8L5
+-----END PRIVATE KEY-----
+";

@@ -86,6 +86,15 @@ impl<'e> Reader<'e> {
         keys.iter().all(|k| !self.rejected.contains(*k))
     }
 
+    /// True when no value in `section` (the section itself included) was rejected.
+    pub(super) fn section_valid(&self, section: &str) -> bool {
+        let inside = |key: &str| {
+            key.strip_prefix(section)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        };
+        !self.rejected.iter().any(|key| inside(key))
+    }
+
     /// Every problem recorded, in the order found.
     pub(super) fn into_problems(self) -> Vec<String> {
         self.problems

@@ -111,22 +111,39 @@ pub(super) fn redis_url(s: &str) -> Result<String, ValueError> {
         ))
     };
     if let Some(path) = s.strip_prefix("unix://") {
-        return if path.starts_with('/') {
-            Ok(s.to_string())
-        } else {
-            fail("needs an absolute socket path")
+        if !path.starts_with('/') {
+            return fail("needs an absolute socket path");
+        }
+    } else {
+        let Some(rest) = s
+            .strip_prefix("redis://")
+            .or_else(|| s.strip_prefix("rediss://"))
+        else {
+            return fail("unknown scheme");
         };
+        if let Err(why) = check_authority(rest) {
+            return fail(why);
+        }
     }
-    let Some(rest) = s
-        .strip_prefix("redis://")
-        .or_else(|| s.strip_prefix("rediss://"))
-    else {
-        return fail("unknown scheme");
-    };
-    match check_authority(rest) {
-        Ok(()) => Ok(s.to_string()),
-        Err(why) => fail(why),
+    match client_refusal(s) {
+        None => Ok(s.to_string()),
+        Some(why) => fail(&why),
     }
+}
+
+/// Why the Redis client itself refuses `s` (a database that is not a number, an unknown
+/// `protocol`, a wildcard host, ...), as a lowercase phrase; None when it accepts it.
+fn client_refusal(s: &str) -> Option<String> {
+    use redis::IntoConnectionInfo;
+    let err = s.into_connection_info().err()?;
+    // Its text is "Description - Kind[: detail]": keep the description and the detail.
+    let text = err
+        .to_string()
+        .replacen(&format!(" - {:?}", err.kind()), "", 1);
+    let mut chars = text.chars();
+    Some(chars.next().map_or(String::new(), |c| {
+        c.to_lowercase().chain(chars).collect::<String>()
+    }))
 }
 
 /// An HTTP URL for the health check: `http://host[:port][/path]`.

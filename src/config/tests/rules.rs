@@ -269,3 +269,55 @@ fn programs_are_checked_on_this_host_only_when_asked() {
         &["exec.command[0]: \"\" is not allowed"],
     );
 }
+
+/// Audit V2: what the Redis client would refuse is found with the rest, not after it.
+#[test]
+fn independent_problems_are_found_in_one_pass() {
+    let found = problems(
+        "name: x\nredis: {mode: redlock, urls: [redis://a:1, redis://b:1, redis://c:1], min_replicas_ack: 1}\n\
+         election: {jitter: 2}",
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("redis.min_replicas_ack: 1 is not supported with mode redlock"));
+    assert!(found[0].contains("allowed: 0"), "{found:?}");
+    assert!(found[1].starts_with("election.jitter: \"2\""), "{found:?}");
+
+    for (url, why) in [
+        ("redis://h:1/notanumber", "invalid database number"),
+        (
+            "redis://h:1/99999999999999999999",
+            "invalid database number",
+        ),
+        (
+            "redis://h:1/0?protocol=xyz",
+            "invalid protocol version: xyz",
+        ),
+        ("rediss://h:1/#x", "only #insecure"),
+    ] {
+        let found = problems(&format!(
+            "name: x\nredis: {{url: '{url}'}}\nelection: {{jitter: 2}}"
+        ));
+        assert_eq!(found.len(), 2, "{url}: {found:#?}");
+        let line = &found[0];
+        let start = format!("redis.url: \"{url}\" is not a Redis URL ({why}");
+        assert!(line.starts_with(&start), "{line}");
+        assert!(line.contains("allowed: redis://"), "{line}");
+        assert!(found[1].starts_with("election.jitter:"), "{found:?}");
+    }
+    let found = problems("name: x\nredis: {mode: sentinel}");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("redis.sentinels: mode sentinel needs at least one"));
+    assert!(found[1].starts_with("redis.master_name: mode sentinel needs the name"));
+
+    let found = problems("name: x\nredis: {mode: redlock, urls: [redis://a:1, 'http://b']}");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("redis.urls[1]: \"http://b\" is not a Redis URL"));
+    assert!(found[1].contains("mode redlock needs an odd number >= 3 of urls (got 2)"));
+    // The sentinels' URLs and the password in one are checked the same way, never shown.
+    let found = problems(
+        "name: x\nredis: {mode: sentinel, master_name: m, sentinels: ['redis://:s3cret@s:26379/x']}",
+    );
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].starts_with("redis.sentinels[0]: \"redis://:<redacted>@s:26379/x\""));
+    assert!(!found[0].contains("s3cret"), "{found:?}");
+}
