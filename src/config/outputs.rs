@@ -31,7 +31,10 @@ pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>, on_this_host: bool) -> 
 
 pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
     let n = r.section(root, "proxy");
-    let upstream_given = r.file(&n, "upstream").is_some();
+    // An explicit null is no upstream, as "" is: more likely a forgotten value than a
+    // request for the default.
+    let upstream_null = n.is_null("upstream");
+    let upstream_given = r.file(&n, "upstream").is_some() || upstream_null;
     let upstream = r.get(r.file(&n, "upstream"), v::host_port);
     let cfg = ProxyConfig {
         listen: r.get(r.file(&n, "listen"), v::listen_addr).flatten(),
@@ -50,8 +53,9 @@ pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
             .unwrap_or(10_000),
     };
     if cfg.listen.is_some() && cfg.upstream.is_none() && r.all_valid(&["proxy.upstream"]) {
-        let msg = "proxy.upstream: \"\" is not allowed while proxy.listen is set (write this replica's service, e.g. 127.0.0.1:8080)";
-        r.problem("proxy.upstream", msg.to_string());
+        let written = if upstream_null { "null" } else { "\"\"" };
+        let msg = format!("proxy.upstream: {written} is not allowed while proxy.listen is set (write this replica's service, e.g. 127.0.0.1:8080, or leave the key out for that default)");
+        r.problem("proxy.upstream", msg);
     }
     cfg
 }

@@ -28,6 +28,13 @@ impl<'a> Node<'a> {
     fn value(&self, leaf: &str) -> Option<&'a Value> {
         self.map?.get(leaf).filter(|v| !v.is_null())
     }
+
+    /// True when `leaf` is written with the value null (`~`, or nothing after the colon).
+    pub(super) fn is_null(&self, leaf: &str) -> bool {
+        self.map
+            .and_then(|m| m.get(leaf))
+            .is_some_and(Value::is_null)
+    }
 }
 
 /// A value to convert, with the name to use for it in a problem.

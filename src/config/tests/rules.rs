@@ -321,3 +321,27 @@ fn independent_problems_are_found_in_one_pass() {
     assert!(found[0].starts_with("redis.sentinels[0]: \"redis://:<redacted>@s:26379/x\""));
     assert!(!found[0].contains("s3cret"), "{found:?}");
 }
+
+/// Audit D6: an explicit null upstream next to `proxy.listen` is a missing value, not a
+/// request for the default.
+#[test]
+fn a_null_upstream_with_the_proxy_on_is_refused() {
+    let listen = "name: x\nproxy:\n  listen: 127.0.0.1:7000\n";
+    for upstream in ["  upstream: null\n", "  upstream: ~\n", "  upstream:\n"] {
+        one_problem(
+            &format!("{listen}{upstream}"),
+            &[
+                "proxy.upstream: null is not allowed while proxy.listen is set",
+                "127.0.0.1:8080",
+            ],
+        );
+    }
+    one_problem(
+        &format!("{listen}  upstream: ''\n"),
+        &["proxy.upstream: \"\" is not allowed while proxy.listen is set"],
+    );
+    // Left out, it is the default; null without the proxy is no upstream.
+    let c = ok(listen);
+    assert_eq!(c.proxy.upstream.as_deref(), Some("127.0.0.1:8080"));
+    assert_eq!(ok("name: x\nproxy: {upstream: null}").proxy.upstream, None);
+}
