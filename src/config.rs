@@ -412,6 +412,15 @@ pub fn load_from_str(
     from_text(yaml, "<string>", overrides, env)
 }
 
+/// Checks an identity given outside the configuration (`handover --to`) by the rule of
+/// `identity`.
+///
+/// # Errors
+/// What is wrong with it and what is allowed, without the flag's name.
+pub(crate) fn check_identity(identity: &str) -> Result<(), refused::ValueError> {
+    values::identity(identity).map(drop)
+}
+
 /// The largest config file read (a leaderd config is a few kilobytes).
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
