@@ -8,6 +8,7 @@ use serde_yaml::{Mapping, Value};
 use super::expand::expand;
 use super::keys::{join, known_keys, unknown_key_message};
 use super::redact::scrub;
+use super::values::REDIS_URL_FORMS;
 
 /// The environment lookup passed to [`super::load`].
 pub(super) type Env<'e> = &'e dyn Fn(&str) -> Option<String>;
@@ -82,10 +83,11 @@ impl<'e> Reader<'e> {
     }
 
     /// Records a problem with the value of config key `key`; the message is scrubbed of
-    /// any password written in a URL.
+    /// any password written in a URL (but not the hint of what a Redis URL looks like).
     pub(super) fn problem(&mut self, key: &str, message: String) {
         self.rejected.insert(key.to_string());
-        self.problems.push(scrub(&message));
+        let pieces: Vec<String> = message.split(REDIS_URL_FORMS).map(scrub).collect();
+        self.problems.push(pieces.join(REDIS_URL_FORMS));
     }
 
     /// True when none of `keys` had a value that was rejected (so rules on them make sense).

@@ -97,11 +97,14 @@ pub(super) fn identity(s: &str) -> Result<String, ValueError> {
     }
 }
 
+/// What a Redis URL looks like, as problem lines show it (kept out of password scrubbing).
+pub(super) const REDIS_URL_FORMS: &str =
+    "redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path";
+
 /// A Redis address: `redis://[user[:password]@]host[:port][/db]`, `rediss://...` (TLS)
 /// or `unix:///path/to/socket`.
 pub(super) fn redis_url(s: &str) -> Result<String, ValueError> {
-    let allowed =
-        "allowed: redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path";
+    let allowed = format!("allowed: {REDIS_URL_FORMS}");
     let shown = super::redact::scrub(s);
     let fail = |why: &str| {
         Err(ValueError::not_a(

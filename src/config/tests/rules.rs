@@ -345,3 +345,25 @@ fn a_null_upstream_with_the_proxy_on_is_refused() {
     assert_eq!(c.proxy.upstream.as_deref(), Some("127.0.0.1:8080"));
     assert_eq!(ok("name: x\nproxy: {upstream: null}").proxy.upstream, None);
 }
+
+/// Audit N1: the password scrubber leaves the hint of what a Redis URL looks like alone,
+/// and still hides a password in the value.
+#[test]
+fn the_redis_url_hint_is_shown_as_written() {
+    let hint =
+        "allowed: redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path)";
+    for (url, shown) in [
+        ("http://x", "\"http://x\""),
+        ("redis://:s3cret@h:port", "\"redis://:<redacted>@h:port\""),
+        ("redis://u:s3cret@h:1/x", "\"redis://u:<redacted>@h:1/x\""),
+    ] {
+        let found = problems(&format!("name: x\nredis: {{url: '{url}'}}"));
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with(&format!("redis.url: {shown}")),
+            "{found:?}"
+        );
+        assert!(found[0].ends_with(hint), "{found:?}");
+        assert!(!found[0].contains("s3cret"), "{found:?}");
+    }
+}
