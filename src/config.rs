@@ -455,7 +455,7 @@ fn from_text(
             "config file {origin}: line {line}: YAML anchors and aliases (&name, *name) are not allowed (write each value out)"
         )));
     }
-    let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| yaml_error(origin, &e))?;
+    let doc = parse_yaml(text).map_err(|e| yaml_error(origin, &e))?;
     if !(doc.is_null() || doc.is_mapping()) {
         let what = tree::describe(&doc);
         return Err(ConfigError::one(format!(
@@ -473,6 +473,42 @@ fn from_text(
     } else {
         Err(ConfigError { problems })
     }
+}
+
+/// The document. serde_yaml's `Value` has no integer wider than 64 bits, so such a number
+/// fails the whole parse: it is quoted and the text parsed again, so that its key's check
+/// refuses it (naming the value and what is allowed) along with every other problem.
+fn parse_yaml(text: &str) -> Result<serde_yaml::Value, serde_yaml::Error> {
+    const MAX_QUOTED: usize = 100;
+    let mut text = std::borrow::Cow::Borrowed(text);
+    for _ in 0..MAX_QUOTED {
+        match serde_yaml::from_str(&text) {
+            Err(e) => match quote_wide_integer(&text, &e) {
+                Some(quoted) => text = quoted.into(),
+                None => return Err(e),
+            },
+            ok => return ok,
+        }
+    }
+    serde_yaml::from_str(&text)
+}
+
+/// `text` with the integer that `err` could not hold (`... as u128` or `as i128`) quoted.
+fn quote_wide_integer(text: &str, err: &serde_yaml::Error) -> Option<String> {
+    let what = err.to_string();
+    if !(what.contains(" as u128,") || what.contains(" as i128,")) {
+        return None;
+    }
+    let at = err.location()?.index();
+    let rest = text.get(at..)?;
+    let len = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || "+-_".contains(c)))
+        .unwrap_or(rest.len());
+    let number = &rest[..len];
+    if !number.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') {
+        return None;
+    }
+    Some(format!("{}\"{number}\"{}", &text[..at], &rest[len..]))
 }
 
 /// `config file PATH: invalid YAML at line L column C: WHAT` in one line.

@@ -247,7 +247,11 @@ impl<'e> Reader<'e> {
             Value::Number(n) => Some(n.to_string()),
             Value::Bool(b) => Some(b.to_string()),
             other => {
-                let msg = format!("{}: {} is not a single value", input.label, describe(other));
+                let msg = format!(
+                    "{}: {} is not a single value (allowed: one value, such as a string, a number or true/false)",
+                    input.label,
+                    describe(other)
+                );
                 self.problem(&input.key, msg);
                 None
             }

@@ -232,12 +232,19 @@ pub(super) fn jitter(s: &str) -> Result<f64, ValueError> {
 
 /// `election.priority`: an integer 0..=1000.
 pub(super) fn priority(s: &str) -> Result<u32, ValueError> {
+    let digits = s.trim().trim_start_matches(['-', '+']);
     match s.trim().parse::<i64>() {
         Ok(p) if (0..=1000).contains(&p) => Ok(p as u32),
         Ok(value) => Err(ValueError::OutOfRange {
             value,
             allowed: "0..1000",
         }),
+        Err(_) if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) => {
+            Err(ValueError::TooLarge {
+                value: format!("{s:?}"),
+                allowed: "0..1000",
+            })
+        }
         Err(_) => Err(ValueError::not_a(s, "an integer", "allowed: 0..1000")),
     }
 }
@@ -250,13 +257,13 @@ pub(super) fn boolean(s: &str) -> Result<bool, ValueError> {
     }
 }
 
-/// A whole number >= `min`.
+/// A whole number >= `min` (and <= `u32::MAX`).
 pub(super) fn count(min: u32) -> impl Fn(&str) -> Result<u32, ValueError> {
     move |s| match s.trim().parse::<u32>() {
         Ok(n) if n >= min => Ok(n),
         _ => Err(ValueError::not_allowed(
             s,
-            format!("allowed: a whole number >= {min}"),
+            format!("allowed: a whole number >= {min} and <= {}", u32::MAX),
         )),
     }
 }

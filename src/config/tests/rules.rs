@@ -367,3 +367,40 @@ fn the_redis_url_hint_is_shown_as_written() {
         assert!(!found[0].contains("s3cret"), "{found:?}");
     }
 }
+
+/// Audit N2: every problem line names the value and what is allowed; a number too large for
+/// any integer type is a bad value of its key, not invalid YAML that hides the rest.
+#[test]
+fn odd_values_name_the_value_and_what_is_allowed() {
+    for (yaml, line) in [
+        ("name: [a]", "name: a list is not a single value (allowed: one value"),
+        (
+            "name: x\nelection: {lease_duration: {a: 1}}",
+            "election.lease_duration: a mapping is not a single value (allowed: one value",
+        ),
+        (
+            "name: x\nredis: {min_replicas_ack: 4294967296}",
+            "redis.min_replicas_ack: \"4294967296\" is not allowed (allowed: a whole number >= 0 and <= 4294967295)",
+        ),
+    ] {
+        one_problem(yaml, &[line]);
+    }
+    let found = problems(
+        "name: x\npublish: {max_connections: 99999999999999999999999}\n\
+         election:\n  priority: -99999999999999999999\n  jitter: 2\n\
+         hooks: {timeout: 99999999999999999999999999}\n",
+    );
+    let want = [
+        "election.jitter: \"2\"",
+        "election.priority: \"-99999999999999999999\" is out of range (allowed: 0..1000)",
+        "publish.max_connections: \"99999999999999999999999\" is not allowed (allowed: a whole number from 1 to 65535)",
+        "hooks.timeout: \"99999999999999999999999999\" is not a duration",
+    ];
+    assert_eq!(found.len(), want.len(), "{found:#?}");
+    for w in want {
+        assert!(
+            found.iter().any(|p| p.starts_with(w)),
+            "{w:?} not in {found:#?}"
+        );
+    }
+}
