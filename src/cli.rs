@@ -181,7 +181,8 @@ fn load(overrides: &Overrides) -> Result<Config, i32> {
 
 fn report(problems: &[String]) -> i32 {
     for problem in problems {
-        eprintln!("leaderd: {problem}");
+        // One line each, whatever a value quoted in it holds.
+        eprintln!("leaderd: {}", crate::logging::escape_text(problem));
     }
     EXIT_USAGE
 }
@@ -459,23 +460,23 @@ fn status_json(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
 /// The text of `status`: the first line, then one line per candidate (each line ends in a
 /// newline).
 fn status_text(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
-    let remaining_ms = remaining_ms(seen);
+    let left = match remaining_ms(seen) {
+        Some(ms) => format!("{ms}ms left"),
+        None => "no TTL".to_string(),
+    };
     let mut text = match seen {
         Observed::Vacant => format!("{name}: vacant (nobody holds the lease)\n"),
-        Observed::Quarantined { .. } => format!(
-            "{name}: quarantined after data loss or first start ({}ms left)\n",
-            remaining_ms.unwrap_or(0)
-        ),
+        Observed::Quarantined { .. } => {
+            format!("{name}: quarantined after data loss or first start ({left})\n")
+        }
         Observed::Held(h) => format!(
-            "{name}: held by {} (fence {}, {}ms left)\n",
+            "{name}: held by {} (fence {}, {left})\n",
             shown_identity(&h.holder),
             h.fence,
-            remaining_ms.map_or("no TTL".to_string(), |ms| ms.to_string())
         ),
         Observed::Reserved { for_identity, .. } => format!(
-            "{name}: reserved for {} ({} ms left)\n",
+            "{name}: reserved for {} ({left})\n",
             shown_identity(for_identity),
-            remaining_ms.unwrap_or(0)
         ),
     };
     for c in candidates {

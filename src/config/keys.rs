@@ -97,9 +97,10 @@ pub(super) fn join(path: &str, key: &str) -> String {
     }
 }
 
-/// The problem line for an unknown `key` found in the mapping at `path`.
+/// The problem line for an unknown `key` found in the mapping at `path` (one line, whatever
+/// characters the key holds).
 pub(super) fn unknown_key_message(path: &str, key: &str) -> String {
-    let full = join(path, key);
+    let full = crate::logging::escape_text(&join(path, key));
     match suggest(path, key) {
         Some(near) => format!("{full}: unknown key (did you mean {near}?)"),
         None => format!(
@@ -180,6 +181,16 @@ mod tests {
             Some("election.health_check.command")
         );
         assert_eq!(suggest("", "elction").as_deref(), Some("election"));
+    }
+
+    #[test]
+    fn an_unknown_key_with_control_characters_stays_one_line() {
+        assert_eq!(
+            unknown_key_message("redis", "url\nfake: line"),
+            "redis.url\\u{a}fake: line: unknown key (allowed here: mode, url, urls, sentinels, \
+             master_name, username, password_file, key_prefix, connect_timeout, \
+             command_timeout, min_replicas_ack, tls)"
+        );
     }
 
     #[test]
