@@ -146,36 +146,12 @@ impl CommonFlags {
 }
 
 fn load(overrides: &Overrides) -> Result<Config, i32> {
-    let not_utf8 = std::cell::RefCell::new(Vec::new());
-    let env = |key: &str| match std::env::var(key) {
-        Ok(value) => Some(value),
-        Err(std::env::VarError::NotPresent) => None,
-        Err(std::env::VarError::NotUnicode(_)) => {
-            not_utf8.borrow_mut().push(key.to_string());
-            None
-        }
-    };
-    let loaded = config::load(overrides, &env);
-    let mut problems: Vec<String> = not_utf8
-        .take()
-        .into_iter()
-        .map(|key| {
-            format!(
-                "environment variable {key}: its value is not valid UTF-8 (allowed: UTF-8 text)"
-            )
-        })
-        .collect();
-    problems.dedup();
-    match loaded {
-        Ok(config) if problems.is_empty() => {
+    match config::load(overrides, &|key| std::env::var(key)) {
+        Ok(config) => {
             crate::exec::remember_secret_vars(&config);
             Ok(config)
         }
-        Ok(_) => Err(report(&problems)),
-        Err(err) => {
-            problems.extend(err.problems);
-            Err(report(&problems))
-        }
+        Err(err) => Err(report(&err.problems)),
     }
 }
 

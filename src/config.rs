@@ -371,27 +371,32 @@ impl ConfigError {
     }
 }
 
+/// Looks an environment variable up, as `std::env::var` does (a map in tests).
+pub type EnvLookup<'e> = &'e dyn Fn(&str) -> Result<String, std::env::VarError>;
+
+/// The problem line of an environment variable `name` whose value is not UTF-8.
+fn not_utf8(name: &str) -> String {
+    format!("environment variable {name}: its value is not valid UTF-8 (allowed: UTF-8 text)")
+}
+
 /// Loads and validates the configuration. The file is `overrides.config_path`, else
 /// `$LEADERD_CONFIG`, else `./config.yaml`; `env` looks up environment variables
-/// (`|k| std::env::var(k).ok()` in production, a map in tests).
+/// (`std::env::var` in production, a map in tests).
 ///
 /// # Errors
 ///
 /// A missing or unreadable file or invalid YAML gives one problem naming the path;
 /// otherwise every unknown key, bad value and broken rule is listed.
-pub fn load(
-    overrides: &Overrides,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
-    let path = overrides
-        .config_path
-        .clone()
-        .or_else(|| {
-            env("LEADERD_CONFIG")
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from("./config.yaml"));
+pub fn load(overrides: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+    let from_env = || match env("LEADERD_CONFIG") {
+        Ok(path) => Ok(Some(path).filter(|p| !p.is_empty()).map(PathBuf::from)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::one(not_utf8("LEADERD_CONFIG"))),
+    };
+    let path = match overrides.config_path.clone() {
+        Some(path) => path,
+        None => from_env()?.unwrap_or_else(|| PathBuf::from("./config.yaml")),
+    };
     let shown = path.display().to_string();
     let text = read_capped(&path)
         .map_err(|e| ConfigError::one(format!("config file {shown}: cannot read it: {e}")))?;
@@ -407,7 +412,7 @@ pub fn load(
 pub fn load_from_str(
     yaml: &str,
     overrides: &Overrides,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: EnvLookup<'_>,
 ) -> Result<Config, ConfigError> {
     from_text(yaml, "<string>", overrides, env)
 }
@@ -443,8 +448,10 @@ fn from_text(
     text: &str,
     origin: &str,
     overrides: &Overrides,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: EnvLookup<'_>,
 ) -> Result<Config, ConfigError> {
+    // Some editors start a UTF-8 file with a byte order mark; YAML does not need one.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.len() as u64 > MAX_CONFIG_BYTES {
         return Err(ConfigError::one(format!(
             "config file {origin}: it is larger than {MAX_CONFIG_BYTES} bytes (1 MiB, the limit)"

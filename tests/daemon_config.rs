@@ -503,3 +503,38 @@ fn problems_the_redis_client_finds_come_with_the_others() {
         }
     }
 }
+
+/// Audit N7: a `${VAR}` whose value is not UTF-8 is reported once, as such (not as unset),
+/// naming the variable and the key.
+#[test]
+fn a_variable_that_is_not_utf8_is_named_as_such() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let text = base_config().replacen("identity: replica-a", "identity: ${LEADERD_TEST_POD}", 1);
+    let path = write(dir.path(), &text);
+    let out = std::process::Command::new(support::leaderd_bin())
+        .args(["check-config", "--config", &path])
+        .env("LEADERD_TEST_POD", std::ffi::OsStr::from_bytes(b"pod\xff"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("identity: ${LEADERD_TEST_POD}: environment variable LEADERD_TEST_POD")
+            && stderr.contains("not valid UTF-8")
+            && !stderr.contains("not set"),
+        "{stderr}"
+    );
+}
+
+/// Audit N7: a config file that starts with a UTF-8 byte order mark (as some editors
+/// write them) is read like one without.
+#[test]
+fn a_byte_order_mark_at_the_start_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), &format!("\u{feff}{}", base_config()));
+    let out = cli(&["check-config", "--config", &path]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("name: cfg"), "{out:?}");
+}

@@ -184,8 +184,13 @@ fn non_empty(s: &str) -> Result<String, super::refused::ValueError> {
 
 /// `LEADERD_REDIS_PASSWORD` when set and not empty, else the contents of the password file.
 fn password(r: &mut Reader<'_>, file: Option<&Path>) -> Option<Secret> {
-    if let Some(p) = r.env(PASSWORD_VAR).filter(|p| !p.is_empty()) {
-        return Some(Secret::new(p));
+    match r.env_var(PASSWORD_VAR) {
+        Ok(p) if !p.is_empty() => return Some(Secret::new(p)),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            r.problem("redis.password", super::not_utf8(PASSWORD_VAR));
+            return None;
+        }
+        _ => {}
     }
     let path = file?;
     let key = "redis.password_file";

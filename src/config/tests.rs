@@ -11,16 +11,16 @@ use nix::sys::signal::Signal;
 
 use super::*;
 
-fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Result<String, std::env::VarError> {
     let map: HashMap<String, String> = pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    move |k| map.get(k).cloned()
+    move |k| map.get(k).cloned().ok_or(std::env::VarError::NotPresent)
 }
 
-fn no_env(_: &str) -> Option<String> {
-    None
+fn no_env(_: &str) -> Result<String, std::env::VarError> {
+    Err(std::env::VarError::NotPresent)
 }
 
 fn ok(yaml: &str) -> Config {
@@ -31,7 +31,7 @@ fn problems(yaml: &str) -> Vec<String> {
     problems_with(yaml, &Overrides::default(), &no_env)
 }
 
-fn problems_with(yaml: &str, o: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+fn problems_with(yaml: &str, o: &Overrides, env: EnvLookup<'_>) -> Vec<String> {
     match load_from_str(yaml, o, env) {
         Ok(c) => panic!("expected problems, got {c:?}"),
         Err(e) => e.problems,
@@ -189,6 +189,34 @@ fn unset_env_var_names_variable_and_key() {
     assert_eq!(found.len(), 2, "{found:#?}");
     assert!(found[0].starts_with("exec.command[0]: ${A}: environment variable A is not set"));
     assert!(found[1].starts_with("exec.command[1]: ${B}: environment variable B is not set"));
+}
+
+#[test]
+fn values_that_are_not_utf8_are_named_once_as_such() {
+    let env = |k: &str| match k {
+        "LEADERD_NAME" | "LEADERD_REDIS_PASSWORD" | "POD" => {
+            Err(std::env::VarError::NotUnicode("x\u{fffd}".into()))
+        }
+        _ => Err(std::env::VarError::NotPresent),
+    };
+    let found = problems_with("identity: ${POD}", &Overrides::default(), &env);
+    let not_utf8 = "its value is not valid UTF-8 (allowed: UTF-8 text)";
+    assert_eq!(
+        found,
+        [
+            format!("environment variable LEADERD_NAME: {not_utf8}"),
+            format!("identity: ${{POD}}: environment variable POD is set, but {not_utf8}"),
+            format!("environment variable LEADERD_REDIS_PASSWORD: {not_utf8}"),
+        ]
+    );
+}
+
+#[test]
+fn a_byte_order_mark_is_ignored() {
+    assert_eq!(
+        ok("\u{feff}name: x\nidentity: a"),
+        ok("name: x\nidentity: a")
+    );
 }
 
 #[test]

@@ -10,8 +10,10 @@ use super::keys::{join, known_keys, unknown_key_message};
 use super::redact::scrub;
 use super::values::REDIS_URL_FORMS;
 
+use std::env::VarError;
+
 /// The environment lookup passed to [`super::load`].
-pub(super) type Env<'e> = &'e dyn Fn(&str) -> Option<String>;
+pub(super) type Env<'e> = super::EnvLookup<'e>;
 
 /// One mapping of the file (possibly absent), at a dotted path.
 pub(super) struct Node<'a> {
@@ -59,6 +61,8 @@ enum Raw<'a> {
     File(&'a Value),
     /// From a flag or a `LEADERD_*` variable: taken literally.
     Given(String),
+    /// From a `LEADERD_*` variable whose value is not UTF-8 (refused when read).
+    NotUtf8,
 }
 
 /// Collects the problems found while reading one configuration.
@@ -77,8 +81,13 @@ impl<'e> Reader<'e> {
         }
     }
 
-    /// Looks `name` up in the environment.
+    /// Looks `name` up in the environment (None when it is not set or not UTF-8).
     pub(super) fn env(&self, name: &str) -> Option<String> {
+        (self.env)(name).ok()
+    }
+
+    /// Looks `name` up in the environment, telling a value that is not UTF-8 from none.
+    pub(super) fn env_var(&self, name: &str) -> Result<String, VarError> {
         (self.env)(name)
     }
 
@@ -183,8 +192,19 @@ impl<'e> Reader<'e> {
         if let Some(text) = flag.1 {
             return Some(given(flag.0, text.clone()));
         }
-        if let Some((var, text)) = var.and_then(|v| Some((v, self.env(v)?))) {
-            return Some(given(var, text));
+        if let Some(var) = var {
+            match self.env_var(var) {
+                Ok(text) => return Some(given(var, text)),
+                Err(VarError::NotUnicode(_)) => {
+                    let label = var.to_string();
+                    return Some(Input {
+                        key,
+                        label,
+                        raw: Raw::NotUtf8,
+                    });
+                }
+                Err(VarError::NotPresent) => {}
+            }
         }
         self.file(node, leaf)
     }
@@ -240,6 +260,10 @@ impl<'e> Reader<'e> {
     fn text(&mut self, input: &Input<'_>) -> Option<String> {
         let value = match &input.raw {
             Raw::Given(text) => return Some(text.clone()),
+            Raw::NotUtf8 => {
+                self.problem(&input.key, super::not_utf8(&input.label));
+                return None;
+            }
             Raw::File(value) => *value,
         };
         match value {
@@ -273,6 +297,7 @@ impl<'e> Reader<'e> {
     fn shown(&self, raw: &Raw<'_>) -> String {
         match raw {
             Raw::Given(text) => format!("{text:?}"),
+            Raw::NotUtf8 => "a value that is not UTF-8".to_string(),
             Raw::File(value) => describe(value),
         }
     }
