@@ -5,6 +5,7 @@
 //! value is replaced from the environment and `$${` stands for a literal `${`.
 
 mod aliases;
+mod document;
 mod duration;
 mod expand;
 mod keys;
@@ -398,7 +399,7 @@ pub fn load(overrides: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigE
         None => from_env()?.unwrap_or_else(|| PathBuf::from("./config.yaml")),
     };
     let shown = path.display().to_string();
-    let text = read_capped(&path)
+    let text = document::read_capped(&path)
         .map_err(|e| ConfigError::one(format!("config file {shown}: cannot read it: {e}")))?;
     from_text(&text, &shown, overrides, env)
 }
@@ -429,46 +430,13 @@ pub(crate) fn check_identity(identity: &str) -> Result<(), refused::ValueError> 
 /// The largest config file read (a leaderd config is a few kilobytes).
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
-/// The file's text, refused past [`MAX_CONFIG_BYTES`] or when it is not UTF-8.
-fn read_capped(path: &std::path::Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        let msg = format!("it is larger than {MAX_CONFIG_BYTES} bytes (1 MiB, the limit)");
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, msg));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not valid UTF-8"))
-}
-
 fn from_text(
     text: &str,
     origin: &str,
     overrides: &Overrides,
     env: EnvLookup<'_>,
 ) -> Result<Config, ConfigError> {
-    // Some editors start a UTF-8 file with a byte order mark; YAML does not need one.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(ConfigError::one(format!(
-            "config file {origin}: it is larger than {MAX_CONFIG_BYTES} bytes (1 MiB, the limit)"
-        )));
-    }
-    if let Some(line) = aliases::first_anchor_or_alias(text) {
-        return Err(ConfigError::one(format!(
-            "config file {origin}: line {line}: YAML anchors and aliases (&name, *name) are not allowed (write each value out)"
-        )));
-    }
-    let doc = parse_yaml(text).map_err(|e| yaml_error(origin, &e))?;
-    if !(doc.is_null() || doc.is_mapping()) {
-        let what = tree::describe(&doc);
-        return Err(ConfigError::one(format!(
-            "config file {origin}: the top level is {what}, but it must be a mapping of keys (name, identity, redis, ...)"
-        )));
-    }
+    let doc = document::parse(text, origin)?;
     let mut reader = tree::Reader::new(env);
     let root = reader.root(&doc);
     let config = sections::build(&mut reader, &root, overrides);
@@ -480,51 +448,4 @@ fn from_text(
     } else {
         Err(ConfigError { problems })
     }
-}
-
-/// The document. serde_yaml's `Value` has no integer wider than 64 bits, so such a number
-/// fails the whole parse: it is quoted and the text parsed again, so that its key's check
-/// refuses it (naming the value and what is allowed) along with every other problem.
-fn parse_yaml(text: &str) -> Result<serde_yaml::Value, serde_yaml::Error> {
-    const MAX_QUOTED: usize = 100;
-    let mut text = std::borrow::Cow::Borrowed(text);
-    for _ in 0..MAX_QUOTED {
-        match serde_yaml::from_str(&text) {
-            Err(e) => match quote_wide_integer(&text, &e) {
-                Some(quoted) => text = quoted.into(),
-                None => return Err(e),
-            },
-            ok => return ok,
-        }
-    }
-    serde_yaml::from_str(&text)
-}
-
-/// `text` with the integer that `err` could not hold (`... as u128` or `as i128`) quoted.
-fn quote_wide_integer(text: &str, err: &serde_yaml::Error) -> Option<String> {
-    let what = err.to_string();
-    if !(what.contains(" as u128,") || what.contains(" as i128,")) {
-        return None;
-    }
-    let at = err.location()?.index();
-    let rest = text.get(at..)?;
-    let len = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || "+-_".contains(c)))
-        .unwrap_or(rest.len());
-    let number = &rest[..len];
-    if !number.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') {
-        return None;
-    }
-    Some(format!("{}\"{number}\"{}", &text[..at], &rest[len..]))
-}
-
-/// `config file PATH: invalid YAML at line L column C: WHAT` in one line.
-fn yaml_error(origin: &str, e: &serde_yaml::Error) -> ConfigError {
-    let what = e.to_string();
-    let what = what.split(" at line ").next().unwrap_or(&what).to_string();
-    let at = e
-        .location()
-        .map(|l| format!(" at line {} column {}", l.line(), l.column()))
-        .unwrap_or_default();
-    ConfigError::one(format!("config file {origin}: invalid YAML{at}: {what}"))
 }
