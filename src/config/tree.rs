@@ -2,6 +2,7 @@
 //! that `check-config` can list them all at once.
 
 use std::collections::HashSet;
+use std::env::VarError;
 
 use serde_yaml::{Mapping, Value};
 
@@ -9,8 +10,6 @@ use super::expand::expand;
 use super::keys::{join, known_keys, unknown_key_message};
 use super::redact::scrub;
 use super::values::REDIS_URL_FORMS;
-
-use std::env::VarError;
 
 /// The environment lookup passed to [`super::load`].
 pub(super) type Env<'e> = super::EnvLookup<'e>;
