@@ -125,7 +125,8 @@ struct CommonFlags {
 }
 
 impl CommonFlags {
-    fn overrides(self, exec_command: Vec<String>) -> Overrides {
+    /// `check_programs`: the command runs or checks the hooks and exec (check-config, run).
+    fn overrides(self, exec_command: Vec<String>, check_programs: bool) -> Overrides {
         Overrides {
             config_path: self.config,
             name: self.name,
@@ -139,47 +140,25 @@ impl CommonFlags {
             log_format: self.log_format,
             log_level: self.log_level,
             exec_command,
+            check_programs,
         }
     }
 }
 
 fn load(overrides: &Overrides) -> Result<Config, i32> {
-    let not_utf8 = std::cell::RefCell::new(Vec::new());
-    let env = |key: &str| match std::env::var(key) {
-        Ok(value) => Some(value),
-        Err(std::env::VarError::NotPresent) => None,
-        Err(std::env::VarError::NotUnicode(_)) => {
-            not_utf8.borrow_mut().push(key.to_string());
-            None
-        }
-    };
-    let loaded = config::load(overrides, &env);
-    let mut problems: Vec<String> = not_utf8
-        .take()
-        .into_iter()
-        .map(|key| {
-            format!(
-                "environment variable {key}: its value is not valid UTF-8 (allowed: UTF-8 text)"
-            )
-        })
-        .collect();
-    problems.dedup();
-    match loaded {
-        Ok(config) if problems.is_empty() => {
+    match config::load(overrides, &|key| std::env::var(key)) {
+        Ok(config) => {
             crate::exec::remember_secret_vars(&config);
             Ok(config)
         }
-        Ok(_) => Err(report(&problems)),
-        Err(err) => {
-            problems.extend(err.problems);
-            Err(report(&problems))
-        }
+        Err(err) => Err(report(&err.problems)),
     }
 }
 
 fn report(problems: &[String]) -> i32 {
     for problem in problems {
-        eprintln!("leaderd: {problem}");
+        // One line each, whatever a value quoted in it holds.
+        eprintln!("leaderd: {}", crate::logging::escape_text(problem));
     }
     EXIT_USAGE
 }
@@ -194,21 +173,21 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Run { common, command } => run(common.overrides(command)),
+        Command::Run { common, command } => run(common.overrides(command, true)),
         Command::CheckConfig { common, probe } => {
-            check_config(&common.overrides(Vec::new()), probe)
+            check_config(&common.overrides(Vec::new(), true), probe)
         }
         Command::Status {
             common,
             json,
             watch,
-        } => status(&common.overrides(Vec::new()), json, watch),
+        } => status(&common.overrides(Vec::new(), false), json, watch),
         Command::Handover {
             common,
             to,
             timeout,
             json,
-        } => handover::handover(&common.overrides(Vec::new()), to, timeout, json),
+        } => handover::handover(&common.overrides(Vec::new(), false), to, timeout, json),
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
     }
@@ -457,23 +436,23 @@ fn status_json(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
 /// The text of `status`: the first line, then one line per candidate (each line ends in a
 /// newline).
 fn status_text(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
-    let remaining_ms = remaining_ms(seen);
+    let left = match remaining_ms(seen) {
+        Some(ms) => format!("{ms}ms left"),
+        None => "no TTL".to_string(),
+    };
     let mut text = match seen {
         Observed::Vacant => format!("{name}: vacant (nobody holds the lease)\n"),
-        Observed::Quarantined { .. } => format!(
-            "{name}: quarantined after data loss or first start ({}ms left)\n",
-            remaining_ms.unwrap_or(0)
-        ),
+        Observed::Quarantined { .. } => {
+            format!("{name}: quarantined after data loss or first start ({left})\n")
+        }
         Observed::Held(h) => format!(
-            "{name}: held by {} (fence {}, {}ms left)\n",
+            "{name}: held by {} (fence {}, {left})\n",
             shown_identity(&h.holder),
             h.fence,
-            remaining_ms.map_or("no TTL".to_string(), |ms| ms.to_string())
         ),
         Observed::Reserved { for_identity, .. } => format!(
-            "{name}: reserved for {} ({} ms left)\n",
+            "{name}: reserved for {} ({left})\n",
             shown_identity(for_identity),
-            remaining_ms.unwrap_or(0)
         ),
     };
     for c in candidates {

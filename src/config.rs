@@ -5,6 +5,7 @@
 //! value is replaced from the environment and `$${` stands for a literal `${`.
 
 mod aliases;
+mod document;
 mod duration;
 mod expand;
 mod keys;
@@ -349,6 +350,9 @@ pub struct Overrides {
     pub log_level: Option<String>,
     /// From `-- COMMAND ARGS`; when non-empty it replaces `exec.command`.
     pub exec_command: Vec<String>,
+    /// Check that the hook and exec programs can be run on this host (`check-config` and
+    /// `run`; `status` and `handover` may run on an operator's host that lacks them).
+    pub check_programs: bool,
 }
 
 /// Every problem found in a configuration, each one line naming the key or flag, the bad
@@ -368,29 +372,34 @@ impl ConfigError {
     }
 }
 
+/// Looks an environment variable up, as `std::env::var` does (a map in tests).
+pub type EnvLookup<'e> = &'e dyn Fn(&str) -> Result<String, std::env::VarError>;
+
+/// The problem line of an environment variable `name` whose value is not UTF-8.
+fn not_utf8(name: &str) -> String {
+    format!("environment variable {name}: its value is not valid UTF-8 (allowed: UTF-8 text)")
+}
+
 /// Loads and validates the configuration. The file is `overrides.config_path`, else
 /// `$LEADERD_CONFIG`, else `./config.yaml`; `env` looks up environment variables
-/// (`|k| std::env::var(k).ok()` in production, a map in tests).
+/// (`std::env::var` in production, a map in tests).
 ///
 /// # Errors
 ///
 /// A missing or unreadable file or invalid YAML gives one problem naming the path;
 /// otherwise every unknown key, bad value and broken rule is listed.
-pub fn load(
-    overrides: &Overrides,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
-    let path = overrides
-        .config_path
-        .clone()
-        .or_else(|| {
-            env("LEADERD_CONFIG")
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from("./config.yaml"));
+pub fn load(overrides: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+    let from_env = || match env("LEADERD_CONFIG") {
+        Ok(path) => Ok(Some(path).filter(|p| !p.is_empty()).map(PathBuf::from)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::one(not_utf8("LEADERD_CONFIG"))),
+    };
+    let path = match overrides.config_path.clone() {
+        Some(path) => path,
+        None => from_env()?.unwrap_or_else(|| PathBuf::from("./config.yaml")),
+    };
     let shown = path.display().to_string();
-    let text = read_capped(&path)
+    let text = document::read_capped(&path)
         .map_err(|e| ConfigError::one(format!("config file {shown}: cannot read it: {e}")))?;
     from_text(&text, &shown, overrides, env)
 }
@@ -404,71 +413,39 @@ pub fn load(
 pub fn load_from_str(
     yaml: &str,
     overrides: &Overrides,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: EnvLookup<'_>,
 ) -> Result<Config, ConfigError> {
     from_text(yaml, "<string>", overrides, env)
+}
+
+/// Checks an identity given outside the configuration (`handover --to`) by the rule of
+/// `identity`.
+///
+/// # Errors
+/// What is wrong with it and what is allowed, without the flag's name.
+pub(crate) fn check_identity(identity: &str) -> Result<(), refused::ValueError> {
+    values::identity(identity).map(drop)
 }
 
 /// The largest config file read (a leaderd config is a few kilobytes).
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
-/// The file's text, refused past [`MAX_CONFIG_BYTES`] or when it is not UTF-8.
-fn read_capped(path: &std::path::Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        let msg = format!("it is larger than {MAX_CONFIG_BYTES} bytes (1 MiB, the limit)");
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, msg));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not valid UTF-8"))
-}
-
 fn from_text(
     text: &str,
     origin: &str,
     overrides: &Overrides,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: EnvLookup<'_>,
 ) -> Result<Config, ConfigError> {
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(ConfigError::one(format!(
-            "config file {origin}: it is larger than {MAX_CONFIG_BYTES} bytes (1 MiB, the limit)"
-        )));
-    }
-    if let Some(line) = aliases::first_anchor_or_alias(text) {
-        return Err(ConfigError::one(format!(
-            "config file {origin}: line {line}: YAML anchors and aliases (&name, *name) are not allowed (write each value out)"
-        )));
-    }
-    let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| yaml_error(origin, &e))?;
-    if !(doc.is_null() || doc.is_mapping()) {
-        let what = tree::describe(&doc);
-        return Err(ConfigError::one(format!(
-            "config file {origin}: the top level is {what}, but it must be a mapping of keys (name, identity, redis, ...)"
-        )));
-    }
+    let doc = document::parse(text, origin)?;
     let mut reader = tree::Reader::new(env);
     let root = reader.root(&doc);
     let config = sections::build(&mut reader, &root, overrides);
     rules::across(&mut reader, &config);
+    rules::redis_client(&mut reader, &config);
     let problems = reader.into_problems();
     if problems.is_empty() {
         Ok(config)
     } else {
         Err(ConfigError { problems })
     }
-}
-
-/// `config file PATH: invalid YAML at line L column C: WHAT` in one line.
-fn yaml_error(origin: &str, e: &serde_yaml::Error) -> ConfigError {
-    let what = e.to_string();
-    let what = what.split(" at line ").next().unwrap_or(&what).to_string();
-    let at = e
-        .location()
-        .map(|l| format!(" at line {} column {}", l.line(), l.column()))
-        .unwrap_or_default();
-    ConfigError::one(format!("config file {origin}: invalid YAML{at}: {what}"))
 }

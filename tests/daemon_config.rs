@@ -348,3 +348,193 @@ fn http_address_in_use_is_exit_1_naming_it() {
     drop(taken);
     let _ = now_ms();
 }
+
+/// The uid (and gid) of `nobody`, which cannot execute a root-owned mode-0700 script.
+const NOBODY: u32 = 65534;
+
+/// Runs leaderd with `args` as uid and gid [`NOBODY`]: the exit code (None if it ran past
+/// `timeout` and was killed) and stderr. None when leaderd cannot be started as that user.
+fn run_as_nobody(args: &[&str], timeout: Duration) -> Option<(Option<i32>, String)> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let err_path = dir.path().join("stderr");
+    let err = std::fs::File::create(&err_path).unwrap();
+    let spawned = Command::new(support::leaderd_bin())
+        .args(args)
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(err))
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("skipped: leaderd cannot be started as uid {NOBODY}: {e}");
+            return None;
+        }
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Some((code, std::fs::read_to_string(&err_path).unwrap_or_default()))
+}
+
+/// Audit V1: a hook that exists and has an x bit, but only for its owner (root), cannot be
+/// run by leaderd running as another user: check-config and run refuse it as that user.
+#[test]
+fn a_hook_that_this_user_may_not_execute_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    if std::fs::metadata(dir.path()).unwrap().uid() != 0 {
+        eprintln!("skipped: needs root, to own the script and run leaderd as uid {NOBODY}");
+        return;
+    }
+    let open = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(dir.path(), open).unwrap();
+    let script = dir.path().join("root-only.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let hook = format!(
+        "hooks:\n  on_acquired: [{:?}]\n",
+        script.display().to_string()
+    );
+    let path = write(dir.path(), &format!("{}{hook}", base_config()));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    // As root the script may run.
+    let ok = cli(&["check-config", "--config", &path]);
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+    for command in ["check-config", "run"] {
+        let args = [command, "--config", &path];
+        let Some((code, stderr)) = run_as_nobody(&args, Duration::from_secs(5)) else {
+            return;
+        };
+        let what = format!("{command} as uid {NOBODY}");
+        assert_eq!(code, Some(2), "{what}: {stderr}");
+        let line = stderr.trim();
+        assert_eq!(line.lines().count(), 1, "{what}: {stderr}");
+        assert!(
+            line.contains("hooks.on_acquired[0]") && line.contains("not executable"),
+            "{what}: {line}"
+        );
+    }
+}
+
+/// Audit D4: an exec program that cannot be found or run is refused like a hook's, naming
+/// `exec.command` and the value, whether it comes from the file or from `run -- COMMAND`.
+#[test]
+fn an_exec_program_that_cannot_run_is_refused_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable.sh");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let plain = plain.display().to_string();
+    let cases = [
+        ("/nonexistent/cmd", "cannot be found"),
+        ("no-such-program-xyz", "cannot be found on PATH"),
+        (plain.as_str(), "not executable"),
+    ];
+    for (program, why) in cases {
+        let exec = format!("exec:\n  command: [{program:?}, \"x\"]\n  grace_period: 100ms\n");
+        let path = write(dir.path(), &format!("{}{exec}", base_config()));
+        for command in ["check-config", "run"] {
+            let out = cli(&[command, "--config", &path]);
+            let what = format!("{command} with exec.command [{program}]");
+            assert_one_line_error(&out, &["exec.command[0]", program, why], &what);
+        }
+        let exec = "exec:\n  grace_period: 100ms\n";
+        let path = write(dir.path(), &format!("{}{exec}", base_config()));
+        let out = cli(&["run", "--config", &path, "--", program, "x"]);
+        let what = format!("run -- {program}");
+        assert_one_line_error(&out, &["exec.command[0]", "--", program, why], &what);
+    }
+}
+
+/// Audit V2: check-config and run list every problem at once, including those the Redis
+/// client would find (a URL it cannot parse, `min_replicas_ack` with Redlock).
+#[test]
+fn problems_the_redis_client_finds_come_with_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = base_config();
+    let url_line = base.lines().find(|l| l.contains("url: redis://")).unwrap();
+    let cases = [
+        (
+            "  mode: redlock\n  urls: [redis://127.0.0.1:1, redis://127.0.0.1:2, redis://127.0.0.1:3]\n  min_replicas_ack: 1",
+            vec!["redis.min_replicas_ack: 1", "election.jitter"],
+        ),
+        (
+            "  url: redis://127.0.0.1:1/notanumber",
+            vec!["redis.url: \"redis://127.0.0.1:1/notanumber\"", "election.jitter"],
+        ),
+        (
+            "  mode: sentinel",
+            vec!["redis.sentinels", "redis.master_name", "election.jitter"],
+        ),
+    ];
+    for (redis, lines) in cases {
+        let text = base
+            .replacen(url_line, redis, 1)
+            .replacen("jitter: 0.2", "jitter: 2", 1);
+        let path = write(dir.path(), &text);
+        for command in ["check-config", "run"] {
+            let out = cli(&[command, "--config", &path]);
+            assert_eq!(out.code, Some(2), "{command}: {out:?}");
+            let got: Vec<&str> = out.stderr.lines().collect();
+            assert_eq!(got.len(), lines.len(), "{command}: {out:?}");
+            for want in &lines {
+                assert!(
+                    got.iter().any(|l| l.contains(want)),
+                    "{command}: {want:?} not in {out:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Audit N7: a `${VAR}` whose value is not UTF-8 is reported once, as such (not as unset),
+/// naming the variable and the key.
+#[test]
+fn a_variable_that_is_not_utf8_is_named_as_such() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let text = base_config().replacen("identity: replica-a", "identity: ${LEADERD_TEST_POD}", 1);
+    let path = write(dir.path(), &text);
+    let out = std::process::Command::new(support::leaderd_bin())
+        .args(["check-config", "--config", &path])
+        .env("LEADERD_TEST_POD", std::ffi::OsStr::from_bytes(b"pod\xff"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("identity: ${LEADERD_TEST_POD}: environment variable LEADERD_TEST_POD")
+            && stderr.contains("not valid UTF-8")
+            && !stderr.contains("not set"),
+        "{stderr}"
+    );
+}
+
+/// Audit N7: a config file that starts with a UTF-8 byte order mark (as some editors
+/// write them) is read like one without.
+#[test]
+fn a_byte_order_mark_at_the_start_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), &format!("\u{feff}{}", base_config()));
+    let out = cli(&["check-config", "--config", &path]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("name: cfg"), "{out:?}");
+}

@@ -189,6 +189,18 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
     let out = handover(&a, &["--to", "b", "--timeout", "soon"]);
     assert_eq!(out.code, Some(2), "{out:?}");
     assert!(one_line(&out).contains("--timeout"), "{out:?}");
+    // A --to that cannot be an identity is bad usage: exit 2, one line, nothing written.
+    for (to, why) in [("", "leave --to out"), ("a\nb", "control characters")] {
+        let out = handover(&a, &["--to", to]);
+        assert_eq!(out.code, Some(2), "--to {to:?}: {out:?}");
+        let line = one_line(&out);
+        assert!(line.contains("--to: ") && line.contains(why), "{out:?}");
+        assert_eq!(
+            redis_state(&redis, name),
+            before,
+            "--to {to:?} changed Redis"
+        );
+    }
 
     // Nobody leads another election: exit 3, nothing written.
     let vacant = opts(&redis.url(), "vacant", "ops", 0, "");

@@ -90,3 +90,97 @@ fn status_shows_a_quarantine_and_a_reservation() {
     );
     assert_eq!(st["fence"], 79, "{st}");
 }
+
+/// Audit V3: `status` and `handover` run on an operator's host, which need not have the
+/// replicas' hook and exec programs: only check-config and run check that they can run.
+#[test]
+fn status_and_handover_do_not_need_the_hook_and_exec_programs() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("config.yaml");
+    let yaml = format!(
+        "name: st-ops\nidentity: probe\nredis:\n  url: {}\n\
+         hooks:\n  on_acquired: [/opt/app/bin/notify]\n  on_leader_changed: [no-such-notifier-xyz]\n\
+         exec:\n  command: [/opt/app/bin/worker, --once]\n",
+        redis.url()
+    );
+    std::fs::write(&path, yaml).expect("write config");
+    let path = path.to_str().unwrap();
+    let bound = Duration::from_secs(10);
+    for args in [
+        vec!["status", "--config", path],
+        vec!["status", "--json", "--config", path],
+        vec!["handover", "--config", path],
+    ] {
+        let out = run_cli(&args, &[], bound);
+        // Vacant: exit 3 ("nobody leads" for handover), not 2 for the missing programs.
+        assert_eq!(out.code, Some(3), "{args:?}: {out:?}");
+        assert!(!out.stderr.contains("notify"), "{args:?}: {out:?}");
+    }
+    // check-config (and run) still refuse them, every one named.
+    let out = run_cli(&["check-config", "--config", path], &[], bound);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    for key in [
+        "hooks.on_acquired[0]",
+        "hooks.on_leader_changed[0]",
+        "exec.command[0]",
+    ] {
+        assert!(out.stderr.contains(key), "{key} not in {out:?}");
+    }
+}
+
+/// `status` as text for the election `name`: the exit code and stdout.
+fn status_text(redis: &RedisServer, name: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("config.yaml");
+    let yaml = format!(
+        "name: {name}\nidentity: probe\nredis:\n  url: {}\n",
+        redis.url()
+    );
+    std::fs::write(&path, yaml).expect("write config");
+    let args = ["status", "--config", path.to_str().unwrap()];
+    let out = run_cli(&args, &[], Duration::from_secs(10));
+    (out.code, out.stdout)
+}
+
+/// Audit N3 and N4: whatever Redis holds, `status` prints one line per candidate (control
+/// characters escaped), and says how long is left in one style, `no TTL` for a key without.
+#[test]
+fn status_text_is_one_line_per_candidate_and_says_no_ttl() {
+    let redis = RedisServer::start();
+    let fields = ["holder", "x", "token", "abc", "fence", "9"];
+    redis.cmd(&[&["HSET", "leaderd:{st-t}:lock"][..], &fields].concat());
+    // Seen "in the future": live whatever the server's clock says.
+    let entry = "{\"state\":\"fol\\nlower\",\"healthy\":true,\"priority\":1,\
+                 \"address\":\"10.0.0.1:80\\r\\nX\",\"version\":\"0.1\\u001b[31m\",\
+                 \"started_at_ms\":1,\"seen_at_ms\":99999999999999}";
+    redis.cmd(&["HSET", "leaderd:{st-t}:candidates", "ev\nil", entry]);
+    let (code, text) = status_text(&redis, "st-t");
+    assert_eq!(code, Some(0), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text:?}");
+    assert_eq!(lines[0], "st-t: held by x (fence 9, no TTL)");
+    let candidate = "  ev\\u{a}il fol\\u{a}lower healthy priority 1 10.0.0.1:80\\u{d}\\u{a}X \
+                     0.1\\u{1b}[31m seen 0 ms ago";
+    assert_eq!(lines[1], candidate, "{text:?}");
+
+    let fields = [
+        "holder",
+        "",
+        "token",
+        "",
+        "fence",
+        "5",
+        "reserved_for",
+        "pod-b",
+    ];
+    place(&redis, "st-r2", &fields);
+    let (code, text) = status_text(&redis, "st-r2");
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.starts_with("st-r2: reserved for pod-b ("), "{text}");
+    assert!(text.trim_end().ends_with("ms left)"), "{text}");
+    assert!(
+        !text.contains(" ms left"),
+        "one style, as held and quarantined: {text}"
+    );
+}

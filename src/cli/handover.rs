@@ -41,6 +41,9 @@ pub(super) fn handover(
     timeout: Option<String>,
     json: bool,
 ) -> i32 {
+    if let Some(problem) = to.as_deref().and_then(bad_target) {
+        return usage(&problem);
+    }
     let config = match load(overrides) {
         Ok(config) => config,
         Err(code) => return code,
@@ -66,10 +69,23 @@ pub(super) fn handover(
             if json {
                 println!("{}", serde_json::json!({"name": name, "error": line}));
             }
+            // One line, whatever the refusal read from Redis holds.
+            let line = crate::logging::escape_text(&line);
             eprintln!("leaderd: handover of {name}: {line}");
             code
         }
     }
+}
+
+/// Why `--to` cannot name a candidate: "" (which would mean the best successor), or not an
+/// identity at all.
+fn bad_target(to: &str) -> Option<String> {
+    if to.is_empty() {
+        let why = "\"\" is not allowed (write a candidate's identity, or leave --to out for the best successor)";
+        return Some(format!("--to: {why}"));
+    }
+    let why = crate::config::check_identity(to).err()?;
+    Some(format!("--to: {why}"))
 }
 
 fn usage(line: &str) -> i32 {

@@ -10,10 +10,7 @@
 ///
 /// One message per problem (an unset variable, a bad name, a missing `}`), each saying
 /// what is wrong but not naming the key: the caller prefixes that.
-pub(super) fn expand(
-    value: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, Vec<String>> {
+pub(super) fn expand(value: &str, env: super::EnvLookup<'_>) -> Result<String, Vec<String>> {
     let mut out = String::with_capacity(value.len());
     let mut problems = Vec::new();
     let mut rest = value;
@@ -42,7 +39,7 @@ pub(super) fn expand(
 /// and returns what follows the closing `}`.
 fn substitute<'v>(
     after: &'v str,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: super::EnvLookup<'_>,
     out: &mut String,
     problems: &mut Vec<String>,
 ) -> &'v str {
@@ -55,10 +52,16 @@ fn substitute<'v>(
         problems.push(format!(
             "\"${{{name}}}\" is not a valid variable reference (allowed: ${{NAME}} with NAME of [A-Za-z0-9_], not starting with a digit)"
         ));
-    } else if let Some(val) = env(name) {
-        out.push_str(&val);
     } else {
-        problems.push(format!("environment variable {name} is not set"));
+        match env(name) {
+            Ok(val) => out.push_str(&val),
+            Err(std::env::VarError::NotPresent) => {
+                problems.push(format!("environment variable {name} is not set"));
+            }
+            Err(std::env::VarError::NotUnicode(_)) => problems.push(format!(
+                "environment variable {name} is set, but its value is not valid UTF-8 (allowed: UTF-8 text)"
+            )),
+        }
     }
     &after[end + 1..]
 }
@@ -74,11 +77,12 @@ fn is_var_name(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn env(name: &str) -> Option<String> {
+    fn env(name: &str) -> Result<String, std::env::VarError> {
         match name {
-            "POD" => Some("pod-a".into()),
-            "EMPTY" => Some(String::new()),
-            _ => None,
+            "POD" => Ok("pod-a".into()),
+            "EMPTY" => Ok(String::new()),
+            "BYTES" => Err(std::env::VarError::NotUnicode("\u{fffd}".into())),
+            _ => Err(std::env::VarError::NotPresent),
         }
     }
 
@@ -100,5 +104,10 @@ mod tests {
         assert_eq!(errs[1], "environment variable ALSO is not set");
         assert!(errs[2].contains("not a valid variable reference"));
         assert!(errs[3].contains("without a closing"));
+        let errs = expand("${BYTES}", &env).unwrap_err();
+        assert_eq!(
+            errs,
+            ["environment variable BYTES is set, but its value is not valid UTF-8 (allowed: UTF-8 text)"]
+        );
     }
 }

@@ -97,9 +97,10 @@ pub(super) fn join(path: &str, key: &str) -> String {
     }
 }
 
-/// The problem line for an unknown `key` found in the mapping at `path`.
+/// The problem line for an unknown `key` found in the mapping at `path` (one line, whatever
+/// characters the key holds).
 pub(super) fn unknown_key_message(path: &str, key: &str) -> String {
-    let full = join(path, key);
+    let full = crate::logging::escape_text(&join(path, key));
     match suggest(path, key) {
         Some(near) => format!("{full}: unknown key (did you mean {near}?)"),
         None => format!(
@@ -111,14 +112,19 @@ pub(super) fn unknown_key_message(path: &str, key: &str) -> String {
 
 /// The known dotted key nearest to `key` written under `path`: a sibling within a small
 /// edit distance first, else the same or a close name in another section (so a top-level
-/// `lease_duration` suggests `election.lease_duration`).
+/// `lease_duration` suggests `election.lease_duration`), else a sibling that `key` begins
+/// (`redis.password` suggests `redis.password_file`).
 fn suggest(path: &str, key: &str) -> Option<String> {
     let key = key.to_ascii_lowercase();
-    let limit = (key.chars().count() / 4).clamp(1, 3);
+    let length = key.chars().count();
+    let limit = (length / 4).clamp(1, 3);
+    if length > MAX_COMPARED {
+        return None;
+    }
     let mut best: Option<(usize, bool, String)> = None;
     for (section, keys) in SCHEMA {
         for known in *keys {
-            let distance = levenshtein(&key, known);
+            let distance = edit_distance(&key, known);
             let elsewhere = *section != path;
             let candidate = (distance, elsewhere, join(section, known));
             if distance <= limit
@@ -130,24 +136,36 @@ fn suggest(path: &str, key: &str) -> Option<String> {
             }
         }
     }
-    best.map(|(_, _, full)| full)
+    let longer = || {
+        let known = known_keys(path);
+        let found = known.iter().find(|k| length >= 4 && k.starts_with(&key))?;
+        Some(join(path, found))
+    };
+    best.map(|(_, _, full)| full).or_else(longer)
 }
 
-/// The edit distance (insertions, deletions, substitutions) between `a` and `b`.
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            let cost = usize::from(ca != *cb);
-            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + cost);
-            diagonal = above;
+/// Keys longer than this are not compared (no known key is within reach of them).
+const MAX_COMPARED: usize = 64;
+
+/// The edit distance between `a` and `b` counting insertions, deletions, substitutions and
+/// swaps of two neighbours (optimal string alignment: `fromat` is 1 from `format`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut before: Vec<usize> = Vec::new();
+    let mut above: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (above[j] + 1).min(row[j - 1] + 1).min(above[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(before[j - 2] + 1);
+            }
+            row[j] = d;
         }
+        before = std::mem::replace(&mut above, row);
     }
-    row[b.len()]
+    above[b.len()]
 }
 
 #[cfg(test)]
@@ -156,10 +174,33 @@ mod tests {
 
     #[test]
     fn distance() {
-        assert_eq!(levenshtein("", ""), 0);
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
-        assert_eq!(levenshtein("lease_duraton", "lease_duration"), 1);
-        assert_eq!(levenshtein("abc", ""), 3);
+        assert_eq!(edit_distance("", ""), 0);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("lease_duraton", "lease_duration"), 1);
+        assert_eq!(edit_distance("abc", ""), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("fromat", "format"), 1);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+        assert_eq!(edit_distance("ca", "abc"), 3);
+    }
+
+    /// Audit N8: a swap of two letters is one edit, and a sibling the key begins is named.
+    #[test]
+    fn suggests_for_swapped_letters_and_a_missing_ending() {
+        assert_eq!(
+            unknown_key_message("logging", "fromat"),
+            "logging.fromat: unknown key (did you mean logging.format?)"
+        );
+        assert_eq!(
+            suggest("election", "lease_durtaion").as_deref(),
+            Some("election.lease_duration")
+        );
+        assert_eq!(
+            suggest("redis", "password").as_deref(),
+            Some("redis.password_file")
+        );
+        assert_eq!(suggest("redis", "pa"), None);
+        assert_eq!(suggest("logging", &"x".repeat(100_000)), None);
     }
 
     #[test]
@@ -180,6 +221,16 @@ mod tests {
             Some("election.health_check.command")
         );
         assert_eq!(suggest("", "elction").as_deref(), Some("election"));
+    }
+
+    #[test]
+    fn an_unknown_key_with_control_characters_stays_one_line() {
+        assert_eq!(
+            unknown_key_message("redis", "url\nfake: line"),
+            "redis.url\\u{a}fake: line: unknown key (allowed here: mode, url, urls, sentinels, \
+             master_name, username, password_file, key_prefix, connect_timeout, \
+             command_timeout, min_replicas_ack, tls)"
+        );
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The sections `hooks` and `proxy`: commands run when leadership changes and the
 //! leader-aware proxy, with their checks (a hook must name a program that can run).
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,11 +10,13 @@ use super::{HooksConfig, OnChange, ProxyConfig};
 
 const DEFAULT_UPSTREAM: &str = "127.0.0.1:8080";
 
-pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>) -> HooksConfig {
+/// `on_this_host`: also check that each hook's program can be run here.
+pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>, on_this_host: bool) -> HooksConfig {
     let n = r.section(root, "hooks");
     let mut command = |leaf: &str| {
         let cmd = r.list(r.file(&n, leaf)).unwrap_or_default();
-        check_program(r, &n.key(leaf), &cmd);
+        let key = n.key(leaf);
+        check_program(r, &key, &format!("{key}[0]"), &cmd, on_this_host);
         cmd
     };
     HooksConfig {
@@ -30,7 +31,10 @@ pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>) -> HooksConfig {
 
 pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
     let n = r.section(root, "proxy");
-    let upstream_given = r.file(&n, "upstream").is_some();
+    // An explicit null is no upstream, as "" is: more likely a forgotten value than a
+    // request for the default.
+    let upstream_null = n.is_null("upstream");
+    let upstream_given = r.file(&n, "upstream").is_some() || upstream_null;
     let upstream = r.get(r.file(&n, "upstream"), v::host_port);
     let cfg = ProxyConfig {
         listen: r.get(r.file(&n, "listen"), v::listen_addr).flatten(),
@@ -49,19 +53,33 @@ pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
             .unwrap_or(10_000),
     };
     if cfg.listen.is_some() && cfg.upstream.is_none() && r.all_valid(&["proxy.upstream"]) {
-        let msg = "proxy.upstream: \"\" is not allowed while proxy.listen is set (write this replica's service, e.g. 127.0.0.1:8080)";
-        r.problem("proxy.upstream", msg.to_string());
+        let written = if upstream_null { "null" } else { "\"\"" };
+        let msg = format!("proxy.upstream: {written} is not allowed while proxy.listen is set (write this replica's service, e.g. 127.0.0.1:8080, or leave the key out for that default)");
+        r.problem("proxy.upstream", msg);
     }
     cfg
 }
 
-/// A hook's first item must be a program that exists and may be executed: a path, or a
-/// name found on `PATH`.
-fn check_program(r: &mut Reader<'_>, key: &str, cmd: &[String]) {
+/// A command's first item (shown as `label`) names its program: never "", and with
+/// `on_this_host` a program that exists here and may be executed (a path, or a name found
+/// on `PATH`).
+pub(super) fn check_program(
+    r: &mut Reader<'_>,
+    key: &str,
+    label: &str,
+    cmd: &[String],
+    on_this_host: bool,
+) {
     let Some(program) = cmd.first() else { return };
-    let path = r.env("PATH").unwrap_or_default();
-    if let Err(why) = find_program(program, &path) {
-        r.problem(key, format!("{key}[0]: {program:?} {why}"));
+    let found = if program.is_empty() {
+        Err(ProgramError::Empty)
+    } else if on_this_host {
+        find_program(program, &r.env("PATH").unwrap_or_default())
+    } else {
+        return;
+    };
+    if let Err(why) = found {
+        r.problem(key, format!("{label}: {program:?} {why}"));
     }
 }
 
@@ -82,9 +100,13 @@ pub(crate) enum ProgramError {
         #[source]
         source: std::io::Error,
     },
-    /// The path is a file without any execute bit.
-    #[error("({}) is not executable", .0.display())]
-    NotExecutable(PathBuf),
+    /// The path is a file this process may not execute (access(2) with X_OK).
+    #[error("({}) is not executable by this user: {source}", path.display())]
+    NotExecutable {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
     /// The path is a directory or another non-file.
     #[error("({}) is not a file", .0.display())]
     NotAFile(PathBuf),
@@ -113,21 +135,28 @@ pub(crate) fn find_program(program: &str, path_var: &str) -> Result<PathBuf, Pro
     Err(last.unwrap_or_else(|| ProgramError::NotOnPath(path_var.to_string())))
 }
 
+/// A regular file that this process may execute: not "has an x bit", which a root-owned
+/// mode-0700 script has too when leaderd runs as another user.
 fn executable(path: &Path) -> Result<(), ProgramError> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
-        Ok(m) if m.is_file() => Err(ProgramError::NotExecutable(path.to_path_buf())),
-        Ok(_) => Err(ProgramError::NotAFile(path.to_path_buf())),
-        Err(source) => Err(ProgramError::Missing {
+    let meta = std::fs::metadata(path).map_err(|source| ProgramError::Missing {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(ProgramError::NotAFile(path.to_path_buf()));
+    }
+    nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).map_err(|source| {
+        ProgramError::NotExecutable {
             path: path.to_path_buf(),
             source,
-        }),
-    }
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn finds_programs_on_path_and_rejects_the_rest() {

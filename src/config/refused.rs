@@ -35,6 +35,15 @@ pub enum ValueError {
         /// The range allowed.
         allowed: &'static str,
     },
+    /// An integer too large for any integer type: `"-99999999999999999999" is out of range
+    /// (allowed: 0..1000)`.
+    #[error("{value} is out of range (allowed: {allowed})")]
+    TooLarge {
+        /// The number as written (quoted).
+        value: String,
+        /// The range allowed.
+        allowed: &'static str,
+    },
     /// Not a duration.
     #[error(transparent)]
     Duration(#[from] DurationError),

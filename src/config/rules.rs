@@ -8,6 +8,7 @@ use super::duration::format_duration as fmt;
 use super::sections::RedisAddrs;
 use super::tree::Reader;
 use super::{Config, ElectionConfig, HealthCheckConfig, ModeName, TlsConfig};
+use crate::connector::ConnectError;
 
 /// Which of `url`, `urls`, `sentinels` and `master_name` each mode needs and allows.
 pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisAddrs, url_label: Option<&str>) {
@@ -50,32 +51,58 @@ fn uses(mode: ModeName) -> &'static str {
     }
 }
 
+/// Every address the mode needs and lacks (a list whose items were rejected still counts).
 fn mode_needs(r: &mut Reader<'_>, c: &RedisAddrs) {
     let n = c.urls.len();
-    let missing = match c.mode {
-        ModeName::Single => None,
-        ModeName::Sentinel if c.sentinels.is_empty() => Some((
-            "redis.sentinels",
-            "mode sentinel needs at least one sentinel URL".to_string(),
-        )),
-        ModeName::Sentinel if c.master_name.is_none() => Some((
-            "redis.master_name",
-            "mode sentinel needs the name of the monitored master".to_string(),
-        )),
-        ModeName::Redlock if n < 3 || n % 2 == 0 => Some((
-            "redis.urls",
-            format!("mode redlock needs an odd number >= 3 of urls (got {n})"),
-        )),
-        ModeName::Cluster if n == 0 => Some((
-            "redis.urls",
-            "mode cluster needs at least one seed node URL".to_string(),
-        )),
-        _ => None,
-    };
-    if let Some((key, why)) = missing {
+    let mut missing = Vec::new();
+    match c.mode {
+        ModeName::Single => {}
+        ModeName::Sentinel => {
+            if c.sentinels.is_empty() {
+                let why = "mode sentinel needs at least one sentinel URL";
+                missing.push(("redis.sentinels", why.to_string()));
+            }
+            if c.master_name.is_none() {
+                let why = "mode sentinel needs the name of the monitored master";
+                missing.push(("redis.master_name", why.to_string()));
+            }
+        }
+        ModeName::Redlock if n < 3 || n % 2 == 0 => {
+            let why = format!("mode redlock needs an odd number >= 3 of urls (got {n})");
+            missing.push(("redis.urls", why));
+        }
+        ModeName::Redlock => {}
+        ModeName::Cluster if n == 0 => {
+            let why = "mode cluster needs at least one seed node URL";
+            missing.push(("redis.urls", why.to_string()));
+        }
+        ModeName::Cluster => {}
+    }
+    for (key, why) in missing {
         if r.all_valid(&[key]) {
             r.problem(key, format!("{key}: {why}"));
         }
+    }
+}
+
+/// `min_replicas_ack` > 0 needs replicas: Redlock's nodes are independent masters.
+pub(super) fn replicas_ack(r: &mut Reader<'_>, mode: ModeName, min_replicas_ack: u32) {
+    let keys = ["redis.mode", "redis.min_replicas_ack"];
+    if r.all_valid(&keys) && mode == ModeName::Redlock && min_replicas_ack > 0 {
+        let why = ConnectError::ReplicasWithRedlock(min_replicas_ack);
+        r.problem("redis.min_replicas_ack", why.to_string());
+    }
+}
+
+/// What the Redis client refuses when it is made from this configuration (a TLS file that
+/// is not PEM, ...), found in the same pass as the rest. Skipped when a `redis` value was
+/// already rejected: the client would refuse that value again, or one left at its default.
+pub(super) fn redis_client(r: &mut Reader<'_>, c: &Config) {
+    if !r.section_valid("redis") {
+        return;
+    }
+    if let Err(why) = crate::daemon::backend(c) {
+        r.problem("redis", why.to_string());
     }
 }
 
@@ -166,10 +193,6 @@ pub(super) fn across(r: &mut Reader<'_>, c: &Config) {
     }
     if !c.exec.command.is_empty() {
         exec_grace(r, c);
-    }
-    if c.exec.command.first().is_some_and(String::is_empty) {
-        let msg = "exec.command[0]: \"\" is not allowed (the first item is the program to run)";
-        r.problem("exec.command", msg.to_string());
     }
 }
 

@@ -29,7 +29,7 @@ pub(super) fn build(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> Confi
         publish: publish(r, root, o),
         exec: exec(r, root, o),
         logging: logging(r, root, o),
-        hooks: super::outputs::hooks(r, root),
+        hooks: super::outputs::hooks(r, root, o.check_programs),
         proxy: super::outputs::proxy(r, root),
     }
 }
@@ -116,6 +116,10 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
     };
     super::rules::redis_mode(r, &addrs, url_label.as_deref());
     let password_file = r.get(r.file(&n, "password_file"), v::path);
+    let min_replicas_ack = r
+        .get(r.file(&n, "min_replicas_ack"), v::count(0))
+        .unwrap_or(0);
+    super::rules::replicas_ack(r, addrs.mode, min_replicas_ack);
     RedisConfig {
         mode: addrs.into_mode(),
         username: r.get(r.file(&n, "username"), non_empty),
@@ -126,9 +130,7 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
             .unwrap_or_else(|| "leaderd:".into()),
         connect_timeout: positive(r, &n, "connect_timeout", Duration::from_secs(1)),
         command_timeout: positive(r, &n, "command_timeout", Duration::from_millis(500)),
-        min_replicas_ack: r
-            .get(r.file(&n, "min_replicas_ack"), v::count(0))
-            .unwrap_or(0),
+        min_replicas_ack,
         tls: tls(r, &n),
     }
 }
@@ -162,7 +164,8 @@ fn url_list(r: &mut Reader<'_>, n: &Node<'_>, leaf: &str) -> Vec<String> {
     let urls = r.list(r.file(n, leaf)).unwrap_or_default();
     for (i, url) in urls.iter().enumerate() {
         if let Err(why) = v::redis_url(url) {
-            r.problem(&key, format!("{key}[{i}]: {why}"));
+            let item = format!("{key}[{i}]");
+            r.problem(&item, format!("{item}: {why}"));
         }
     }
     urls
@@ -181,8 +184,13 @@ fn non_empty(s: &str) -> Result<String, super::refused::ValueError> {
 
 /// `LEADERD_REDIS_PASSWORD` when set and not empty, else the contents of the password file.
 fn password(r: &mut Reader<'_>, file: Option<&Path>) -> Option<Secret> {
-    if let Some(p) = r.env(PASSWORD_VAR).filter(|p| !p.is_empty()) {
-        return Some(Secret::new(p));
+    match r.env_var(PASSWORD_VAR) {
+        Ok(p) if !p.is_empty() => return Some(Secret::new(p)),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            r.problem("redis.password", super::not_utf8(PASSWORD_VAR));
+            return None;
+        }
+        _ => {}
     }
     let path = file?;
     let key = "redis.password_file";
@@ -309,12 +317,14 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
 fn exec(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ExecConfig {
     let n = r.section(root, "exec");
     let from_file = r.list(r.file(&n, "command")).unwrap_or_default();
+    let (command, label) = if o.exec_command.is_empty() {
+        (from_file, "exec.command[0]")
+    } else {
+        (o.exec_command.clone(), "exec.command[0] (run -- COMMAND)")
+    };
+    super::outputs::check_program(r, "exec.command", label, &command, o.check_programs);
     ExecConfig {
-        command: if o.exec_command.is_empty() {
-            from_file
-        } else {
-            o.exec_command.clone()
-        },
+        command,
         stop_signal: r
             .get(r.file(&n, "stop_signal"), v::signal)
             .unwrap_or(Signal::SIGTERM),

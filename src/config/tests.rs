@@ -11,16 +11,16 @@ use nix::sys::signal::Signal;
 
 use super::*;
 
-fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Result<String, std::env::VarError> {
     let map: HashMap<String, String> = pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    move |k| map.get(k).cloned()
+    move |k| map.get(k).cloned().ok_or(std::env::VarError::NotPresent)
 }
 
-fn no_env(_: &str) -> Option<String> {
-    None
+fn no_env(_: &str) -> Result<String, std::env::VarError> {
+    Err(std::env::VarError::NotPresent)
 }
 
 fn ok(yaml: &str) -> Config {
@@ -31,7 +31,7 @@ fn problems(yaml: &str) -> Vec<String> {
     problems_with(yaml, &Overrides::default(), &no_env)
 }
 
-fn problems_with(yaml: &str, o: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+fn problems_with(yaml: &str, o: &Overrides, env: EnvLookup<'_>) -> Vec<String> {
     match load_from_str(yaml, o, env) {
         Ok(c) => panic!("expected problems, got {c:?}"),
         Err(e) => e.problems,
@@ -189,6 +189,34 @@ fn unset_env_var_names_variable_and_key() {
     assert_eq!(found.len(), 2, "{found:#?}");
     assert!(found[0].starts_with("exec.command[0]: ${A}: environment variable A is not set"));
     assert!(found[1].starts_with("exec.command[1]: ${B}: environment variable B is not set"));
+}
+
+#[test]
+fn values_that_are_not_utf8_are_named_once_as_such() {
+    let env = |k: &str| match k {
+        "LEADERD_NAME" | "LEADERD_REDIS_PASSWORD" | "POD" => {
+            Err(std::env::VarError::NotUnicode("x\u{fffd}".into()))
+        }
+        _ => Err(std::env::VarError::NotPresent),
+    };
+    let found = problems_with("identity: ${POD}", &Overrides::default(), &env);
+    let not_utf8 = "its value is not valid UTF-8 (allowed: UTF-8 text)";
+    assert_eq!(
+        found,
+        [
+            format!("environment variable LEADERD_NAME: {not_utf8}"),
+            format!("identity: ${{POD}}: environment variable POD is set, but {not_utf8}"),
+            format!("environment variable LEADERD_REDIS_PASSWORD: {not_utf8}"),
+        ]
+    );
+}
+
+#[test]
+fn a_byte_order_mark_is_ignored() {
+    assert_eq!(
+        ok("\u{feff}name: x\nidentity: a"),
+        ok("name: x\nidentity: a")
+    );
 }
 
 #[test]
@@ -449,7 +477,8 @@ fn empty_file_reports_the_missing_name() {
 #[test]
 fn tls_files_are_checked_shown_and_optional() {
     assert_eq!(ok("name: x").redis.tls, None);
-    let (ca, cert, key) = (temp_file("ca"), temp_file("cert"), temp_file("key"));
+    // The client reads them when it is made (in the same pass as the other checks).
+    let (ca, cert, key) = (temp_file(CERT_PEM), temp_file(CERT_PEM), temp_file(KEY_PEM));
     let yaml = format!(
         "name: x\nredis:\n  url: rediss://h:6380\n  tls: {{ca_file: {}, cert_file: {}, key_file: {}}}\n",
         ca.path().display(),
@@ -482,4 +511,36 @@ fn tls_files_are_checked_shown_and_optional() {
         "name: x\nredis: {tls: {cafile: x}}",
         &["redis.tls.cafile: unknown key (did you mean redis.tls.ca_file?)"],
     );
+    let not_pem = temp_file("key");
+    let yaml = yaml.replace(
+        &key.path().display().to_string(),
+        &not_pem.path().display().to_string(),
+    );
+    one_problem(
+        &yaml,
+        &[
+            "redis.tls: cannot use the TLS files for redis.url",
+            "private key",
+        ],
+    );
 }
+
+/// A self-signed certificate (P-256, valid until 2126) and its key, made for these tests.
+const CERT_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBkjCCATmgAwIBAgIULKmUPOtHi7klVA6bjWg1rjYoUr8wCgYIKoZIzj0EAwIw
+HjEcMBoGA1UEAwwTbGVhZGVyZC1jb25maWctdGVzdDAgFw0yNjEyMDIxNzEyMzNa
+GA8yMTI2MTEwODE3MTIzM1owHjEcMBoGA1UEAwwTbGVhZGVyZC1jb25maWctdGVz
+dDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABBhmuZ8QzVbA+R0UjNKpZ/DgQt/W
+3yjQaspVDSHj3gmbFASJf59+WBut3vo/xEb/7iTAZMLGQlGSagU1B0YHwvmjUzBR
+MB0GA1UdDgQWBBSYoho64ThZr+lpMneUdPe7yQI29DAfBgNVHSMEGDAWgBSYoho6
+4ThZr+lpMneUdPe7yQI29DAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0cA
+MEQCIBYMB5VHafDIjDQi3vSqhgKuV76EbiCTqiE3ayFDkEjGAiB80JOZhwMs0/js
+0qp0cSbIS7BVgLaX7gW1ZvbWFXCw7g==
+-----END CERTIFICATE-----
+";
+const KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgc9HsbMRsCLA2wiyw
+BDMEcI5Q7G/W3ogmeTm3QiblT0uhRANCAAQYZrmfEM1WwPkdFIzSqWfw4ELf1t8o
+0GrKVQ0h494JmxQEiX+fflgbrd76P8RG/+4kwGTCxkJRkmoFNQdGB8L5
+-----END PRIVATE KEY-----
+";

@@ -2,15 +2,17 @@
 //! that `check-config` can list them all at once.
 
 use std::collections::HashSet;
+use std::env::VarError;
 
 use serde_yaml::{Mapping, Value};
 
 use super::expand::expand;
 use super::keys::{join, known_keys, unknown_key_message};
 use super::redact::scrub;
+use super::values::REDIS_URL_FORMS;
 
 /// The environment lookup passed to [`super::load`].
-pub(super) type Env<'e> = &'e dyn Fn(&str) -> Option<String>;
+pub(super) type Env<'e> = super::EnvLookup<'e>;
 
 /// One mapping of the file (possibly absent), at a dotted path.
 pub(super) struct Node<'a> {
@@ -27,6 +29,13 @@ impl<'a> Node<'a> {
     /// The value written for `leaf`; an absent key and `null` are both None (the default).
     fn value(&self, leaf: &str) -> Option<&'a Value> {
         self.map?.get(leaf).filter(|v| !v.is_null())
+    }
+
+    /// True when `leaf` is written with the value null (`~`, or nothing after the colon).
+    pub(super) fn is_null(&self, leaf: &str) -> bool {
+        self.map
+            .and_then(|m| m.get(leaf))
+            .is_some_and(Value::is_null)
     }
 }
 
@@ -51,6 +60,8 @@ enum Raw<'a> {
     File(&'a Value),
     /// From a flag or a `LEADERD_*` variable: taken literally.
     Given(String),
+    /// From a `LEADERD_*` variable whose value is not UTF-8 (refused when read).
+    NotUtf8,
 }
 
 /// Collects the problems found while reading one configuration.
@@ -69,21 +80,36 @@ impl<'e> Reader<'e> {
         }
     }
 
-    /// Looks `name` up in the environment.
+    /// Looks `name` up in the environment (None when it is not set or not UTF-8).
     pub(super) fn env(&self, name: &str) -> Option<String> {
+        (self.env)(name).ok()
+    }
+
+    /// Looks `name` up in the environment, telling a value that is not UTF-8 from none.
+    pub(super) fn env_var(&self, name: &str) -> Result<String, VarError> {
         (self.env)(name)
     }
 
     /// Records a problem with the value of config key `key`; the message is scrubbed of
-    /// any password written in a URL.
+    /// any password written in a URL (but not the hint of what a Redis URL looks like).
     pub(super) fn problem(&mut self, key: &str, message: String) {
         self.rejected.insert(key.to_string());
-        self.problems.push(scrub(&message));
+        let pieces: Vec<String> = message.split(REDIS_URL_FORMS).map(scrub).collect();
+        self.problems.push(pieces.join(REDIS_URL_FORMS));
     }
 
     /// True when none of `keys` had a value that was rejected (so rules on them make sense).
     pub(super) fn all_valid(&self, keys: &[&str]) -> bool {
         keys.iter().all(|k| !self.rejected.contains(*k))
+    }
+
+    /// True when no value in `section` (the section itself included) was rejected.
+    pub(super) fn section_valid(&self, section: &str) -> bool {
+        let inside = |key: &str| {
+            key.strip_prefix(section)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        };
+        !self.rejected.iter().any(|key| inside(key))
     }
 
     /// Every problem recorded, in the order found.
@@ -165,8 +191,19 @@ impl<'e> Reader<'e> {
         if let Some(text) = flag.1 {
             return Some(given(flag.0, text.clone()));
         }
-        if let Some((var, text)) = var.and_then(|v| Some((v, self.env(v)?))) {
-            return Some(given(var, text));
+        if let Some(var) = var {
+            match self.env_var(var) {
+                Ok(text) => return Some(given(var, text)),
+                Err(VarError::NotUnicode(_)) => {
+                    let label = var.to_string();
+                    return Some(Input {
+                        key,
+                        label,
+                        raw: Raw::NotUtf8,
+                    });
+                }
+                Err(VarError::NotPresent) => {}
+            }
         }
         self.file(node, leaf)
     }
@@ -222,6 +259,10 @@ impl<'e> Reader<'e> {
     fn text(&mut self, input: &Input<'_>) -> Option<String> {
         let value = match &input.raw {
             Raw::Given(text) => return Some(text.clone()),
+            Raw::NotUtf8 => {
+                self.problem(&input.key, super::not_utf8(&input.label));
+                return None;
+            }
             Raw::File(value) => *value,
         };
         match value {
@@ -229,7 +270,11 @@ impl<'e> Reader<'e> {
             Value::Number(n) => Some(n.to_string()),
             Value::Bool(b) => Some(b.to_string()),
             other => {
-                let msg = format!("{}: {} is not a single value", input.label, describe(other));
+                let msg = format!(
+                    "{}: {} is not a single value (allowed: one value, such as a string, a number or true/false)",
+                    input.label,
+                    describe(other)
+                );
                 self.problem(&input.key, msg);
                 None
             }
@@ -251,6 +296,7 @@ impl<'e> Reader<'e> {
     fn shown(&self, raw: &Raw<'_>) -> String {
         match raw {
             Raw::Given(text) => format!("{text:?}"),
+            Raw::NotUtf8 => "a value that is not UTF-8".to_string(),
             Raw::File(value) => describe(value),
         }
     }

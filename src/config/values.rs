@@ -97,11 +97,14 @@ pub(super) fn identity(s: &str) -> Result<String, ValueError> {
     }
 }
 
+/// What a Redis URL looks like, as problem lines show it (kept out of password scrubbing).
+pub(super) const REDIS_URL_FORMS: &str =
+    "redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path";
+
 /// A Redis address: `redis://[user[:password]@]host[:port][/db]`, `rediss://...` (TLS)
 /// or `unix:///path/to/socket`.
 pub(super) fn redis_url(s: &str) -> Result<String, ValueError> {
-    let allowed =
-        "allowed: redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path";
+    let allowed = format!("allowed: {REDIS_URL_FORMS}");
     let shown = super::redact::scrub(s);
     let fail = |why: &str| {
         Err(ValueError::not_a(
@@ -111,22 +114,39 @@ pub(super) fn redis_url(s: &str) -> Result<String, ValueError> {
         ))
     };
     if let Some(path) = s.strip_prefix("unix://") {
-        return if path.starts_with('/') {
-            Ok(s.to_string())
-        } else {
-            fail("needs an absolute socket path")
+        if !path.starts_with('/') {
+            return fail("needs an absolute socket path");
+        }
+    } else {
+        let Some(rest) = s
+            .strip_prefix("redis://")
+            .or_else(|| s.strip_prefix("rediss://"))
+        else {
+            return fail("unknown scheme");
         };
+        if let Err(why) = check_authority(rest) {
+            return fail(why);
+        }
     }
-    let Some(rest) = s
-        .strip_prefix("redis://")
-        .or_else(|| s.strip_prefix("rediss://"))
-    else {
-        return fail("unknown scheme");
-    };
-    match check_authority(rest) {
-        Ok(()) => Ok(s.to_string()),
-        Err(why) => fail(why),
+    match client_refusal(s) {
+        None => Ok(s.to_string()),
+        Some(why) => fail(&why),
     }
+}
+
+/// Why the Redis client itself refuses `s` (a database that is not a number, an unknown
+/// `protocol`, a wildcard host, ...), as a lowercase phrase; None when it accepts it.
+fn client_refusal(s: &str) -> Option<String> {
+    use redis::IntoConnectionInfo;
+    let err = s.into_connection_info().err()?;
+    // Its text is "Description - Kind[: detail]": keep the description and the detail.
+    let text = err
+        .to_string()
+        .replacen(&format!(" - {:?}", err.kind()), "", 1);
+    let mut chars = text.chars();
+    Some(chars.next().map_or(String::new(), |c| {
+        c.to_lowercase().chain(chars).collect::<String>()
+    }))
 }
 
 /// An HTTP URL for the health check: `http://host[:port][/path]`.
@@ -212,12 +232,19 @@ pub(super) fn jitter(s: &str) -> Result<f64, ValueError> {
 
 /// `election.priority`: an integer 0..=1000.
 pub(super) fn priority(s: &str) -> Result<u32, ValueError> {
+    let digits = s.trim().trim_start_matches(['-', '+']);
     match s.trim().parse::<i64>() {
         Ok(p) if (0..=1000).contains(&p) => Ok(p as u32),
         Ok(value) => Err(ValueError::OutOfRange {
             value,
             allowed: "0..1000",
         }),
+        Err(_) if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) => {
+            Err(ValueError::TooLarge {
+                value: format!("{s:?}"),
+                allowed: "0..1000",
+            })
+        }
         Err(_) => Err(ValueError::not_a(s, "an integer", "allowed: 0..1000")),
     }
 }
@@ -230,13 +257,13 @@ pub(super) fn boolean(s: &str) -> Result<bool, ValueError> {
     }
 }
 
-/// A whole number >= `min`.
+/// A whole number >= `min` (and <= `u32::MAX`).
 pub(super) fn count(min: u32) -> impl Fn(&str) -> Result<u32, ValueError> {
     move |s| match s.trim().parse::<u32>() {
         Ok(n) if n >= min => Ok(n),
         _ => Err(ValueError::not_allowed(
             s,
-            format!("allowed: a whole number >= {min}"),
+            format!("allowed: a whole number >= {min} and <= {}", u32::MAX),
         )),
     }
 }

@@ -155,16 +155,18 @@ pub(crate) fn listed(roster: &Roster, leader: Option<&str>) -> Vec<Listed> {
         .collect()
 }
 
-/// One line of `leaderd status` per candidate.
+/// One line of `leaderd status` per candidate, whatever its entry in Redis holds (control
+/// characters are escaped).
 pub(crate) fn line(c: &Listed) -> String {
+    let shown = crate::logging::escape_text;
     format!(
         "  {} {} {} priority {} {} {} seen {} ms ago",
-        c.identity,
-        c.state,
+        shown(&c.identity),
+        shown(&c.state),
         if c.healthy { "healthy" } else { "unhealthy" },
         c.priority,
-        c.address.as_deref().unwrap_or("-"),
-        c.version,
+        shown(c.address.as_deref().unwrap_or("-")),
+        shown(&c.version),
         c.seen_ms_ago
     )
 }

@@ -3,7 +3,7 @@ use super::*;
 fn config(yaml: &str) -> Config {
     let base = "name: e\nidentity: a\n";
     crate::config::load_from_str(&format!("{base}{yaml}"), &Default::default(), &|k| {
-        std::env::var(k).ok()
+        std::env::var(k)
     })
     .expect("valid config")
 }

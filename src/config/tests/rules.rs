@@ -1,7 +1,7 @@
 //! Tests of the checks: single values, unknown keys, Redis modes and the rules between keys,
 //! each problem named and all of them collected.
 
-use super::{no_env, ok, one_problem, problems, problems_with};
+use super::{env_of, no_env, ok, one_problem, problems, problems_with};
 use crate::config::Overrides;
 
 #[test]
@@ -231,4 +231,176 @@ fn type_errors_name_key_value_and_what_is_allowed() {
         "just text",
         &["the top level is \"just text\", but it must be a mapping"],
     );
+}
+
+#[test]
+fn programs_are_checked_on_this_host_only_when_asked() {
+    let yaml = "name: x\nhooks: {on_acquired: [no-such-program-xyz]}\n\
+                exec: {command: [/nonexistent/cmd, a], grace_period: 1s}";
+    ok(yaml);
+    let o = Overrides {
+        check_programs: true,
+        ..Default::default()
+    };
+    let found = problems_with(yaml, &o, &env_of(&[("PATH", "/bin:/usr/bin")]));
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("exec.command[0]: \"/nonexistent/cmd\" cannot be found"));
+    assert!(found[1].starts_with(
+        "hooks.on_acquired[0]: \"no-such-program-xyz\" cannot be found on PATH (/bin:/usr/bin)"
+    ));
+    let o = Overrides {
+        exec_command: vec!["no-such-program-xyz".into()],
+        check_programs: true,
+        ..Default::default()
+    };
+    let found = problems_with("name: x\nexec: {grace_period: 1s}", &o, &no_env);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with("exec.command[0] (run -- COMMAND): \"no-such-program-xyz\""),
+        "{found:?}"
+    );
+    // "" is never a program, wherever the command runs.
+    one_problem(
+        "name: x\nhooks: {on_stepped_down: ['', a]}",
+        &["hooks.on_stepped_down[0]: \"\" is not allowed (the first item is the program to run)"],
+    );
+    one_problem(
+        "name: x\nexec: {command: ['']}",
+        &["exec.command[0]: \"\" is not allowed"],
+    );
+}
+
+/// Audit V2: what the Redis client would refuse is found with the rest, not after it.
+#[test]
+fn independent_problems_are_found_in_one_pass() {
+    let found = problems(
+        "name: x\nredis: {mode: redlock, urls: [redis://a:1, redis://b:1, redis://c:1], min_replicas_ack: 1}\n\
+         election: {jitter: 2}",
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("redis.min_replicas_ack: 1 is not supported with mode redlock"));
+    assert!(found[0].contains("allowed: 0"), "{found:?}");
+    assert!(found[1].starts_with("election.jitter: \"2\""), "{found:?}");
+
+    for (url, why) in [
+        ("redis://h:1/notanumber", "invalid database number"),
+        (
+            "redis://h:1/99999999999999999999",
+            "invalid database number",
+        ),
+        (
+            "redis://h:1/0?protocol=xyz",
+            "invalid protocol version: xyz",
+        ),
+        ("rediss://h:1/#x", "only #insecure"),
+    ] {
+        let found = problems(&format!(
+            "name: x\nredis: {{url: '{url}'}}\nelection: {{jitter: 2}}"
+        ));
+        assert_eq!(found.len(), 2, "{url}: {found:#?}");
+        let line = &found[0];
+        let start = format!("redis.url: \"{url}\" is not a Redis URL ({why}");
+        assert!(line.starts_with(&start), "{line}");
+        assert!(line.contains("allowed: redis://"), "{line}");
+        assert!(found[1].starts_with("election.jitter:"), "{found:?}");
+    }
+    let found = problems("name: x\nredis: {mode: sentinel}");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("redis.sentinels: mode sentinel needs at least one"));
+    assert!(found[1].starts_with("redis.master_name: mode sentinel needs the name"));
+
+    let found = problems("name: x\nredis: {mode: redlock, urls: [redis://a:1, 'http://b']}");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("redis.urls[1]: \"http://b\" is not a Redis URL"));
+    assert!(found[1].contains("mode redlock needs an odd number >= 3 of urls (got 2)"));
+    // The sentinels' URLs and the password in one are checked the same way, never shown.
+    let found = problems(
+        "name: x\nredis: {mode: sentinel, master_name: m, sentinels: ['redis://:s3cret@s:26379/x']}",
+    );
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].starts_with("redis.sentinels[0]: \"redis://:<redacted>@s:26379/x\""));
+    assert!(!found[0].contains("s3cret"), "{found:?}");
+}
+
+/// Audit D6: an explicit null upstream next to `proxy.listen` is a missing value, not a
+/// request for the default.
+#[test]
+fn a_null_upstream_with_the_proxy_on_is_refused() {
+    let listen = "name: x\nproxy:\n  listen: 127.0.0.1:7000\n";
+    for upstream in ["  upstream: null\n", "  upstream: ~\n", "  upstream:\n"] {
+        one_problem(
+            &format!("{listen}{upstream}"),
+            &[
+                "proxy.upstream: null is not allowed while proxy.listen is set",
+                "127.0.0.1:8080",
+            ],
+        );
+    }
+    one_problem(
+        &format!("{listen}  upstream: ''\n"),
+        &["proxy.upstream: \"\" is not allowed while proxy.listen is set"],
+    );
+    // Left out, it is the default; null without the proxy is no upstream.
+    let c = ok(listen);
+    assert_eq!(c.proxy.upstream.as_deref(), Some("127.0.0.1:8080"));
+    assert_eq!(ok("name: x\nproxy: {upstream: null}").proxy.upstream, None);
+}
+
+/// Audit N1: the password scrubber leaves the hint of what a Redis URL looks like alone,
+/// and still hides a password in the value.
+#[test]
+fn the_redis_url_hint_is_shown_as_written() {
+    let hint =
+        "allowed: redis://[user:password@]host[:port][/db], rediss://... for TLS, unix:///path)";
+    for (url, shown) in [
+        ("http://x", "\"http://x\""),
+        ("redis://:s3cret@h:port", "\"redis://:<redacted>@h:port\""),
+        ("redis://u:s3cret@h:1/x", "\"redis://u:<redacted>@h:1/x\""),
+    ] {
+        let found = problems(&format!("name: x\nredis: {{url: '{url}'}}"));
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with(&format!("redis.url: {shown}")),
+            "{found:?}"
+        );
+        assert!(found[0].ends_with(hint), "{found:?}");
+        assert!(!found[0].contains("s3cret"), "{found:?}");
+    }
+}
+
+/// Audit N2: every problem line names the value and what is allowed; a number too large for
+/// any integer type is a bad value of its key, not invalid YAML that hides the rest.
+#[test]
+fn odd_values_name_the_value_and_what_is_allowed() {
+    for (yaml, line) in [
+        ("name: [a]", "name: a list is not a single value (allowed: one value"),
+        (
+            "name: x\nelection: {lease_duration: {a: 1}}",
+            "election.lease_duration: a mapping is not a single value (allowed: one value",
+        ),
+        (
+            "name: x\nredis: {min_replicas_ack: 4294967296}",
+            "redis.min_replicas_ack: \"4294967296\" is not allowed (allowed: a whole number >= 0 and <= 4294967295)",
+        ),
+    ] {
+        one_problem(yaml, &[line]);
+    }
+    let found = problems(
+        "name: x\npublish: {max_connections: 99999999999999999999999}\n\
+         election:\n  priority: -99999999999999999999\n  jitter: 2\n\
+         hooks: {timeout: 99999999999999999999999999}\n",
+    );
+    let want = [
+        "election.jitter: \"2\"",
+        "election.priority: \"-99999999999999999999\" is out of range (allowed: 0..1000)",
+        "publish.max_connections: \"99999999999999999999999\" is not allowed (allowed: a whole number from 1 to 65535)",
+        "hooks.timeout: \"99999999999999999999999999\" is not a duration",
+    ];
+    assert_eq!(found.len(), want.len(), "{found:#?}");
+    for w in want {
+        assert!(
+            found.iter().any(|p| p.starts_with(w)),
+            "{w:?} not in {found:#?}"
+        );
+    }
 }
