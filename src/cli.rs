@@ -289,9 +289,14 @@ fn has_password(url: &str) -> bool {
         .is_some_and(|(userinfo, _)| userinfo.contains(':'))
 }
 
+/// Reports a fatal error in one line: a log line once logging is set up (with
+/// `--log-format json`, every stderr line stays a JSON object), a plain one before.
 fn fail(err: &daemon::DaemonError) -> i32 {
-    tracing::error!(event = "fatal", error = %err, "{err}");
-    eprintln!("leaderd: {err}");
+    if tracing::dispatcher::has_been_set() {
+        tracing::error!(event = "fatal", error = %err, "{err}");
+    } else {
+        eprintln!("leaderd: {err}");
+    }
     match err {
         daemon::DaemonError::Listen { .. } | daemon::DaemonError::ProxyListen(_) => EXIT_FAILURE,
         _ => EXIT_USAGE,

@@ -338,6 +338,15 @@ fn http_address_in_use_is_exit_1_naming_it() {
         .unwrap_or_else(|| panic!("no line naming publish.http_addr {addr}:\n{log}"));
     assert!(!log.contains("panicked"), "{log}");
     println!("{line}");
+    // With `--log-format json` (the test config's), every line is one JSON object.
+    for l in log.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(l).is_ok(),
+            "not JSON: {l}"
+        );
+    }
+    let naming = log.lines().filter(|l| l.contains(&addr)).count();
+    assert_eq!(naming, 1, "one line names it:\n{log}");
 
     // The same through the flag.
     let mut opts = DaemonOpts::new("inuse", "replica-a", &nowhere);
