@@ -160,9 +160,11 @@ pub(crate) async fn run(
 fn candidates_reader<L: Lease>(lease: Arc<L>, config: &Config) -> crate::http::ReadCandidates {
     use crate::http::CandidatesError;
     let budget = config.redis.command_timeout;
+    // The HTTP server runs on a runtime of its own: the read runs on the lease's.
+    let election = tokio::runtime::Handle::current();
     Arc::new(move || {
         let lease = lease.clone();
-        Box::pin(async move {
+        let read = election.spawn(async move {
             let both = async {
                 tokio::join!(
                     lease.heartbeat(crate::lease::Heartbeat::Read, budget),
@@ -180,7 +182,8 @@ fn candidates_reader<L: Lease>(lease: Arc<L>, config: &Config) -> crate::http::R
                 .map(|h| h.holder.clone());
             let list = candidacy::listed(&roster, leader.as_deref());
             Ok(serde_json::to_string(&list).unwrap_or_else(|_| "[]".into()))
-        })
+        });
+        Box::pin(async move { read.await.unwrap_or(Err(CandidatesError::Stopped)) })
     })
 }
 
@@ -215,7 +218,10 @@ async fn run_with<L: Lease>(
             max_connections: config.publish.max_connections,
             candidates: Some(candidates_reader(lease.clone(), &config)),
         };
-        tokio::spawn(crate::http::serve(listener, ctx, stop_outputs.clone()))
+        let served = crate::http::serve_apart(listener, ctx, stop_outputs.clone());
+        served.inspect_err(
+            |err| tracing::error!(event = "http_failed", error = %err, "cannot serve HTTP: {err}"),
+        )
     });
     let file = config.publish.leader_file.clone().map(|path| {
         tokio::spawn(crate::publish::run_leader_file(
@@ -312,8 +318,8 @@ async fn run_with<L: Lease>(
         let _ = file.await;
     }
     stop_outputs.cancel();
-    if let Some(http) = http {
-        let _ = http.await;
+    if let Some(Ok(http)) = http {
+        http.await;
     }
     if let Some(proxy) = proxy {
         let _ = proxy.await;

@@ -69,6 +69,9 @@ pub enum CandidatesError {
     /// This server has no reader (a test's context).
     #[error("no candidates reader")]
     NoReader,
+    /// The daemon is stopping.
+    #[error("leaderd is stopping")]
+    Stopped,
 }
 
 impl HttpContext {
@@ -100,6 +103,46 @@ pub async fn serve(
     let app = router(ctx).layer(Extension(streams));
     server::accept_loop(listener, app, cap, metrics, shutdown).await;
     Ok(())
+}
+
+/// [`serve`] on a runtime of its own, on threads of its own (`leaderd-http`): however busy
+/// HTTP clients keep it (a flood of scrapes), the election's tasks on the caller's runtime
+/// never wait behind them for a worker. Resolves when the server has stopped.
+///
+/// # Errors
+/// When the listener cannot be moved to the new runtime, or the thread not started.
+pub(crate) fn serve_apart(
+    listener: TcpListener,
+    ctx: HttpContext,
+    shutdown: CancellationToken,
+) -> std::io::Result<impl std::future::Future<Output = ()>> {
+    let listener = listener.into_std()?;
+    let (done, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("leaderd-http".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("leaderd-http")
+                .enable_all()
+                .build();
+            let Ok(runtime) = runtime else {
+                tracing::error!(event = "http_failed", "cannot start the HTTP server's runtime");
+                return;
+            };
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => {
+                        let _ = serve(listener, ctx, shutdown).await;
+                    }
+                    Err(err) => tracing::error!(event = "http_failed", error = %err, "cannot serve HTTP: {err}"),
+                }
+            });
+            drop(done);
+        })?;
+    Ok(async move {
+        let _ = stopped.await;
+    })
 }
 
 /// The routes of the contract; unknown paths get 404, other methods on known paths 405.

@@ -410,3 +410,94 @@ fn an_events_client_that_does_not_read_is_closed_after_a_few_documents() {
     assert!(leading(&d), "the leader went on");
     assert_eq!(step_downs(&d), 0);
 }
+
+/// Reads one whole answer from a keep-alive connection; false when the connection failed.
+fn read_answer(s: &mut TcpStream) -> bool {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got);
+        let Some(head_end) = text.find("\r\n\r\n") else {
+            continue;
+        };
+        let length = text[..head_end]
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>())
+            })
+            .and_then(Result::ok);
+        match length {
+            Some(len) if got.len() >= head_end + 4 + len => return true,
+            Some(_) => {}
+            None => return true,
+        }
+    }
+}
+
+/// The contract: "Under such a load the leader misses no renewal: the election's timers do
+/// not depend on HTTP work." A thousand keep-alive clients scraping `/metrics` as fast as
+/// they can for 8 s (the HTTP server's own thread busy all along): no step-down, renewals
+/// on time, `/readyz` answered 200 within a kubelet's second.
+#[test]
+fn a_flood_of_scrapes_does_not_delay_the_leaders_renewals() {
+    let redis = RedisServer::start();
+    let d = start_leader(&redis, "publish:\n  max_connections: 2000\n");
+    let addr = d.http_addr();
+    let until = Instant::now() + Duration::from_secs(8);
+    let scrapers: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut conns: Vec<TcpStream> = (0..125)
+                    .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok())
+                    .collect();
+                for c in &mut conns {
+                    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                }
+                let mut scrapes = 0u64;
+                // Every connection asks at once, then the answers are read: a thousand
+                // scrapes in progress at a time.
+                let get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+                while Instant::now() < until {
+                    conns.retain_mut(|c| c.write_all(get).is_ok());
+                    for c in &mut conns {
+                        scrapes += u64::from(read_answer(c));
+                    }
+                }
+                scrapes
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    while Instant::now() < until {
+        let t0 = Instant::now();
+        let (code, _) =
+            support::daemon::http_request(addr, "GET", "/readyz", Duration::from_secs(2));
+        assert_eq!(code, 200, "/readyz under the flood");
+        slowest = slowest.max(t0.elapsed());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let scrapes: u64 = scrapers.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(scrapes > 1000, "the flood was real: {scrapes} scrapes");
+    assert!(slowest < Duration::from_secs(1), "/readyz took {slowest:?}");
+    assert_eq!(step_downs(&d), 0, "{}", d.log());
+    let renewals: Vec<u64> = d
+        .events_named("renewed")
+        .iter()
+        .filter_map(|e| e["lease_valid_until_ms"].as_u64())
+        .collect();
+    let gap = renewals.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    // retry_period 300 ms: a renew every 300 ms, plus its round trip.
+    assert!(
+        gap < 700,
+        "a renewal came {gap} ms after the one before ({} renewals)",
+        renewals.len()
+    );
+    println!("{scrapes} scrapes, /readyz at most {slowest:?}, renew gap at most {gap} ms");
+}
