@@ -637,7 +637,7 @@ async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
             _ = unhealthy(&mut inputs.healthy) => return Ending::new(StepDown::Yield, term),
             code = work.exited() => return Ending::new(StepDown::WorkExit(code), term),
             msg = control.changed() => {
-                let asked = handover::on_control(lease, t.command_timeout, reporter, msg, &mut handled);
+                let asked = handover::on_control(lease, t.command_timeout, reporter, (msg, term.fence), &mut handled);
                 if let Some((request, to)) = asked.await.filter(|_| term.is_valid()) {
                     let mut ending = Ending::new(StepDown::Handover, term);
                     (ending.to, ending.request) = (Some(to), Some(request));

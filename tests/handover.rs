@@ -413,6 +413,63 @@ fn a_target_that_dies_in_the_window_still_leaves_a_leader() {
     assert!(asked.elapsed() < BOUND);
     let down = events(&a, "stepped_down");
     assert_eq!(down[0]["reason"], "handover", "{out:?}");
+    // The command tells which: leadership moved off a (to c), or a took it back.
+    if holder == "c" {
+        assert_eq!(out.code, Some(0), "{out:?}");
+        assert!(out.stdout.contains(" to c (fence "), "{out:?}");
+    } else {
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            one_line(&out)
+                .contains("b did not take over within the handover window; a took the lease back"),
+            "{out:?}"
+        );
+    }
+}
+
+/// A leader acts only on the request pending in Redis, and only when it was asked of its own
+/// term: a message whose request expired is old news, and a request asked of a term that
+/// has ended (its leader froze, another took over) is dropped, not carried out by the next
+/// leader.
+#[test]
+fn stale_requests_are_neither_carried_out_nor_refused() {
+    let redis = RedisServer::start();
+    let name = "stale";
+    seed(&redis, name);
+    let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
+    let (_, fence) = settled(&a, 2, 2);
+    let key = format!("leaderd:{{{name}}}:handover");
+    let chan = format!("leaderd:{{{name}}}:control");
+    // A message without its request (expired, or answered): nothing happens.
+    let msg = format!(r#"{{"event":"handover","id":"gone","to":"b","by":"raw","fence":{fence}}}"#);
+    redis.cmd(&["PUBLISH", &chan, &msg]);
+    // A request asked of an earlier term: dropped, and deleted.
+    let old = (fence - 1).to_string();
+    redis.cmd(&[
+        "HSET", &key, "id", "old", "to", "b", "by", "raw", "fence", &old,
+    ]);
+    redis.cmd(&["PEXPIRE", &key, "5000"]);
+    let msg = format!(r#"{{"event":"handover","id":"old","to":"b","by":"raw","fence":{old}}}"#);
+    redis.cmd(&["PUBLISH", &chan, &msg]);
+    let dropped = wait_until(BOUND, POLL, || {
+        events(&a, "handover_dropped").first().cloned()
+    })
+    .expect("the leader drops the request of another term");
+    assert_eq!(dropped["by"], "raw", "{dropped}");
+    wait_until(BOUND, POLL, || {
+        (redis.cmd(&["EXISTS", &key]) == "0").then_some(())
+    })
+    .expect("the dropped request is deleted");
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(
+        settled(&a, 2, 2),
+        ("a".to_string(), fence),
+        "nothing was handed over"
+    );
+    assert!(events(&a, "handover_requested").is_empty(), "{}", a.log());
+    assert!(events(&a, "handover_refused").is_empty(), "{}", a.log());
 }
 
 #[test]

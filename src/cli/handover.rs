@@ -127,6 +127,7 @@ async fn ask<L: Lease>(
         id: request_id(&config.identity),
         to: target,
         by: config.identity.clone(),
+        fence: leader.fence,
     };
     let started = Instant::now();
     let pending = lease
@@ -142,22 +143,35 @@ async fn ask<L: Lease>(
     }
     let deadline = started + timeout;
     let poll = config.election.retry_period.min(Duration::from_millis(250));
-    // Any new term ends the wait, the old leader's own included (its target died in the
-    // window and it took the lease back): a fence is never granted twice.
-    let new_term = |_: &str, fence: u64| fence > leader.fence;
-    let done = |to: String, to_fence: u64| Done {
-        from: leader.holder.clone(),
-        from_fence: leader.fence,
-        to,
-        to_fence,
-        elapsed: started.elapsed(),
+    // A new term ends the wait: another replica's is the handover done; the old leader's
+    // own (its target did not take the lease within the window, and it took it back) is a
+    // handover that did not happen.
+    let ended = |holder: String, fence: u64| -> Option<Result<Done, Outcome>> {
+        if fence <= leader.fence {
+            return None;
+        }
+        if holder == leader.holder {
+            let line = format!(
+                "{} did not take over within the handover window; {} took the lease back (fence {fence})",
+                super::shown_identity(&request.to),
+                super::shown_identity(&holder)
+            );
+            return Some(Err(Outcome::fail(EXIT_FAILURE, line)));
+        }
+        Some(Ok(Done {
+            from: leader.holder.clone(),
+            from_fence: leader.fence,
+            to: holder,
+            to_fence: fence,
+            elapsed: started.elapsed(),
+        }))
     };
     loop {
         tokio::select! {
             msg = releases.changed() => {
                 if let Some(Announcement::Acquired { holder, fence, .. }) = msg {
-                    if new_term(&holder, fence) {
-                        return Ok(done(holder, fence));
+                    if let Some(outcome) = ended(holder, fence) {
+                        return outcome;
                     }
                 }
             }
@@ -171,8 +185,8 @@ async fn ask<L: Lease>(
             }
             _ = tokio::time::sleep(poll) => {
                 if let Ok(Observed::Held(h)) = lease.observe(budget).await {
-                    if new_term(&h.holder, h.fence) {
-                        return Ok(done(h.holder, h.fence));
+                    if let Some(outcome) = ended(h.holder, h.fence) {
+                        return outcome;
                     }
                 }
             }

@@ -338,6 +338,19 @@ impl ElectionEvents for Reporter {
         );
     }
 
+    fn handover_dropped(&self, request: &crate::lease::HandoverRequest) {
+        tracing::info!(
+            event = "handover_dropped",
+            to = %request.to,
+            by = %request.by,
+            fence = request.fence,
+            "handover to {} by {} dropped: it was asked of the term with fence {}, which has ended",
+            request.to,
+            request.by,
+            request.fence
+        );
+    }
+
     fn handover_refused(&self, request: &crate::lease::HandoverRequest, reason: &str) {
         tracing::warn!(
             event = "handover_refused",

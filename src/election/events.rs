@@ -54,6 +54,8 @@ pub trait ElectionEvents: Send + Sync {
     fn sitting_out(&self, _until: Option<Instant>) {}
     /// The leader received a handover request (before it checks it).
     fn handover_requested(&self, _request: &HandoverRequest) {}
+    /// The leader dropped a handover request asked of another term (one that has ended).
+    fn handover_dropped(&self, _request: &HandoverRequest) {}
     /// The leader refused a handover request, for `reason` (one line).
     fn handover_refused(&self, _request: &HandoverRequest, _reason: &str) {}
     /// The elector has finished.

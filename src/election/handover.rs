@@ -43,32 +43,46 @@ impl Successor {
     }
 }
 
-/// Handles one message of the control channel (`None`: read the request key). Returns the
-/// request and its target when the leader is to hand over; refuses (logged and answered)
-/// a request whose target is not a registered, healthy candidate other than the leader.
-/// `handled` is the last request seen (Redlock delivers each once per node).
+/// Handles one message of the control channel (`None`: read the request key) for the term
+/// with `fence`. Returns the request and its target when the leader is to hand over; refuses
+/// (logged and answered) a request whose target is not a registered, healthy candidate
+/// other than the leader. Acts only on the request pending in Redis: a message whose
+/// request has timed out or been answered is old news. A request asked of another term is
+/// dropped (that term has ended: what it asked is done or moot). `handled` is the last
+/// request seen (Redlock delivers each once per node).
 pub(super) async fn on_control<L: Lease, E: ElectionEvents>(
     lease: &L,
     budget: Duration,
     reporter: &E,
-    msg: Option<ControlMessage>,
+    (msg, fence): (Option<ControlMessage>, u64),
     handled: &mut Option<String>,
 ) -> Option<(HandoverRequest, String)> {
-    let request = match msg {
-        Some(ControlMessage::Request(r)) => r,
+    let announced = match msg {
+        Some(ControlMessage::Request(r)) => Some(r.id),
         Some(ControlMessage::Refused { .. }) => return None,
-        None => match lease.control(Control::Read, budget).await {
-            Ok(found) => found?,
-            Err(err) => {
-                reporter.redis_failed(&err);
-                return None;
-            }
-        },
+        None => None,
     };
-    if handled.as_deref() == Some(request.id.as_str()) {
+    if announced.is_some() && announced == *handled {
+        return None;
+    }
+    let request = match lease.control(Control::Read, budget).await {
+        Ok(found) => found?,
+        Err(err) => {
+            reporter.redis_failed(&err);
+            return None;
+        }
+    };
+    if announced.is_some_and(|id| id != request.id) || handled.as_deref() == Some(&request.id) {
         return None;
     }
     *handled = Some(request.id.clone());
+    if request.fence != 0 && request.fence != fence {
+        reporter.handover_dropped(&request);
+        if let Err(err) = lease.control(Control::Answer(&request, None), budget).await {
+            reporter.redis_failed(&err);
+        }
+        return None;
+    }
     reporter.handover_requested(&request);
     let me = lease.spec().holder.as_str();
     let checked = match lease.heartbeat(Heartbeat::Read, budget).await {

@@ -19,6 +19,9 @@ pub struct HandoverRequest {
     pub to: String,
     /// Who asked (for the logs).
     pub by: String,
+    /// The fence of the term asked to hand over (0: whichever leads). Any other term's
+    /// leader drops the request: it was for a term that has ended.
+    pub fence: u64,
 }
 
 /// A message on the control channel.
@@ -44,6 +47,7 @@ impl ControlMessage {
             id: s("id")?,
             to: s("to").unwrap_or_default(),
             by: s("by").unwrap_or_default(),
+            fence: v.get("fence").and_then(|x| x.as_u64()).unwrap_or(0),
         };
         match v.get("event")?.as_str()? {
             "handover" => Some(ControlMessage::Request(request)),
@@ -152,7 +156,7 @@ impl LeaseClient {
         match op {
             Control::Request(r, ttl) => {
                 call.arg("request").arg(&r.id).arg(&r.to).arg(&r.by);
-                call.arg(ttl.as_millis().max(1) as u64)
+                call.arg(ttl.as_millis().max(1) as u64).arg(r.fence)
             }
             Control::Read => call.arg("read"),
             Control::Answer(r, reason) => call.arg("answer").arg(&r.id).arg(reason.unwrap_or("")),
@@ -167,7 +171,12 @@ impl LeaseClient {
         let text =
             |i: usize| -> Option<String> { redis::from_redis_value(reply.get(i)?.clone()).ok() };
         let found = match (text(1), text(2), text(3)) {
-            (Some(id), Some(to), Some(by)) => Some(HandoverRequest { id, to, by }),
+            (Some(id), Some(to), Some(by)) => Some(HandoverRequest {
+                id,
+                to,
+                by,
+                fence: text(4).and_then(|f| f.parse().ok()).unwrap_or(0),
+            }),
             _ => None,
         };
         Ok(match op {
@@ -236,17 +245,18 @@ mod tests {
 
     #[test]
     fn parses_requests_and_refusals() {
-        let r = br#"{"event":"handover","id":"1","to":"b","by":"ops"}"#;
+        let r = br#"{"event":"handover","id":"1","to":"b","by":"ops","fence":1764600000000017}"#;
         let req = HandoverRequest {
             id: "1".into(),
             to: "b".into(),
             by: "ops".into(),
+            fence: 1764600000000017,
         };
         assert_eq!(
             ControlMessage::parse(r),
             Some(ControlMessage::Request(req.clone()))
         );
-        let f = br#"{"event":"refused","id":"1","to":"b","by":"ops","reason":"b is not healthy"}"#;
+        let f = br#"{"event":"refused","id":"1","to":"b","by":"ops","fence":1764600000000017,"reason":"b is not healthy"}"#;
         assert_eq!(
             ControlMessage::parse(f),
             Some(ControlMessage::Refused {
