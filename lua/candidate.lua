@@ -2,8 +2,10 @@
 -- KEYS[1] the candidates hash (field = identity, value = JSON entry).
 -- ARGV[1] identity ('' only reads), ARGV[2] the entry as JSON without seen_at_ms ('' removes
 -- the entry), ARGV[3] lease duration in ms (an entry not refreshed for that long is gone).
--- A writer stamps seen_at_ms from the server clock, deletes the stale entries it finds and
--- keeps the hash for 2 lease durations.
+-- A writer stamps seen_at_ms from the server clock, and healthy_since_ms too: kept from its
+-- previous entry (the same process: same started_at_ms) while it stays healthy, the server
+-- clock now when it turns healthy, absent while unhealthy. It deletes the stale entries it
+-- finds and keeps the hash for 2 lease durations.
 -- KEYS[2] the lease hash (same hash tag), read too so that the heartbeat doubles as a
 -- follower's read of the lease.
 -- Returns {now_ms, pttl_ms, holder, fence, reserved_for, confirmed, address, identity,
@@ -19,6 +21,14 @@ if writing then
   else
     local entry = cjson.decode(ARGV[2])
     entry['seen_at_ms'] = now
+    local since = nil
+    if entry['healthy'] == true then
+      local ok, old = pcall(cjson.decode, redis.call('HGET', KEYS[1], ARGV[1]) or '')
+      local same = ok and type(old) == 'table' and old['healthy'] == true
+        and old['started_at_ms'] == entry['started_at_ms']
+      since = same and tonumber(old['healthy_since_ms']) or now
+    end
+    entry['healthy_since_ms'] = since
     redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(entry))
     redis.call('PEXPIRE', KEYS[1], 2 * ttl)
   end

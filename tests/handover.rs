@@ -672,3 +672,41 @@ fn the_first_term_after_the_quarantine_goes_to_the_highest_priority() {
         assert_eq!(acquired, usize::from(d.identity() == "b"), "{}", d.log());
     }
 }
+
+/// Preemption waits until the candidate has been healthy for a whole lease, counted from
+/// when it turned healthy (stamped by Redis in its heartbeat), not from an earlier read.
+#[test]
+fn preemption_counts_a_lease_from_when_the_candidate_turned_healthy() {
+    let redis = RedisServer::start();
+    let name = "since";
+    seed(&redis, name);
+    let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, "  preempt: true\n"));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("healthy");
+    let check = format!(
+        "  health_check:\n    command: [\"test\", \"-f\", \"{}\"]\n    period: 100ms\n    timeout: 80ms\n    failures: 1\n",
+        flag.display()
+    );
+    let b = Daemon::spawn(&opts(&redis.url(), name, "b", 10, &check));
+    settled(&a, 2, 1);
+    // Heartbeats of the unhealthy b go by (every lease / 3), then it turns healthy.
+    std::thread::sleep(Duration::from_millis(1700));
+    std::fs::write(&flag, "").unwrap();
+    let healthy = wait_until(BOUND, Duration::from_millis(10), || {
+        b.status_doc()
+            .filter(|d| d["healthy"] == true)
+            .map(|_| now_ms())
+    })
+    .expect("b turns healthy");
+    let down = wait_until(BOUND, POLL, || events(&a, "stepped_down").first().cloned())
+        .expect("a is preempted");
+    assert_eq!(down["reason"], "preempted", "{down}");
+    let ended = exec_common::u64_of(&down, "ended_at_ms");
+    // The check ran at most 100 ms before b published it.
+    assert!(
+        ended + 100 >= healthy + LEASE_MS,
+        "preempted {} ms after b turned healthy, with a {LEASE_MS} ms lease",
+        ended - healthy
+    );
+}

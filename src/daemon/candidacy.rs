@@ -34,7 +34,6 @@ pub(crate) async fn run<L: Lease>(
     stop: CancellationToken,
 ) {
     let started_at_ms = unix_ms(SystemTime::now());
-    let mut healthy_since_ms: Option<u64> = None;
     let every = profile.lease_duration / 3;
     // The first state is a moment away (the elector's first read): register with it rather
     // than write `starting` and, a few ms later, the state again.
@@ -48,16 +47,6 @@ pub(crate) async fn run<L: Lease>(
         if phase == Phase::Stopped {
             break;
         }
-        let now_ms = latest.borrow().now_ms;
-        healthy_since_ms = match (healthy, healthy_since_ms) {
-            (true, None) => Some(if now_ms > 0 {
-                now_ms
-            } else {
-                unix_ms(SystemTime::now())
-            }),
-            (true, since) => since,
-            (false, _) => None,
-        };
         let entry = Candidate {
             identity: profile.identity.clone(),
             state: phase_name(phase).into(),
@@ -67,7 +56,8 @@ pub(crate) async fn run<L: Lease>(
             address: profile.address.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             started_at_ms,
-            healthy_since_ms,
+            // Stamped by the heartbeat script with the Redis time it turned healthy.
+            healthy_since_ms: None,
             seen_at_ms: 0,
         };
         let beat = lease.heartbeat(Heartbeat::Write(&entry), profile.command_timeout);
