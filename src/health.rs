@@ -235,6 +235,7 @@ async fn run_command(command: &[String], timeout: Duration) -> Result<(), CheckE
         .process_group(0)
         .kill_on_drop(true);
     crate::exec::without_secrets(cmd.as_std_mut());
+    crate::keeper::dies_with_us(cmd.as_std_mut());
     let mut child = cmd.spawn().map_err(|cause| CheckError::Spawn {
         program: program.clone(),
         cause,

@@ -129,7 +129,7 @@ pub fn main(args: KeeperArgs) -> i32 {
         .stdin(Stdio::null())
         .process_group(0);
     // SAFETY: the hook makes only async-signal-safe system calls and allocates nothing.
-    unsafe { command.pre_exec(move || die_with_keeper(keeper)) };
+    unsafe { command.pre_exec(move || die_with_parent(keeper)) };
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
@@ -161,14 +161,25 @@ pub fn main(args: KeeperArgs) -> i32 {
     0
 }
 
-/// In the child before exec: SIGKILL when the keeper dies, however it dies, so that the
-/// child never runs without it; an error if the keeper is already gone.
-fn die_with_keeper(keeper: Pid) -> std::io::Result<()> {
+/// In a child before exec: SIGKILL when its parent (the keeper; leaderd for a hook or a
+/// health check) dies, however it dies, so that the child never runs without it; an error
+/// if the parent is already gone. Linux sends it when the parent's *thread* that spawned
+/// the child ends: leaderd spawns from its runtime's workers, which live as long as it does.
+pub(crate) fn die_with_parent(parent: Pid) -> std::io::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-    if nix::unistd::getppid() != keeper {
+    if nix::unistd::getppid() != parent {
         return Err(nix::errno::Errno::ESRCH.into());
     }
     Ok(())
+}
+
+/// Makes `command`'s process die with this one ([`die_with_parent`]): a hook or a health
+/// check never outlives leaderd (a SIGKILL of its whole process group included).
+pub(crate) fn dies_with_us(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let us = nix::unistd::getpid();
+    // SAFETY: the hook makes only async-signal-safe system calls and allocates nothing.
+    unsafe { command.pre_exec(move || die_with_parent(us)) };
 }
 
 /// The child's group and when it must be dead.

@@ -144,3 +144,56 @@ fn the_shutdowns_own_stepped_down_hook_runs_after_a_child_that_used_its_grace_pe
     );
     check_children(&[&d], &beats);
 }
+
+/// A hook (and a health-check command) dies with leaderd: a SIGKILL to leaderd's whole
+/// process group leaves neither running, though they run in process groups of their own.
+#[test]
+fn a_hook_and_a_health_check_die_with_leaderd() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let hook_pid = dir.path().join("hook.pid");
+    let check_pid = dir.path().join("check.pid");
+    let hook = serde_json::to_string(&[
+        "sh",
+        "-c",
+        &format!("echo $$ > {}; exec sleep 30", hook_pid.display()),
+    ])
+    .unwrap();
+    // The check passes once (so that it leads), then hangs until its timeout kills it.
+    let check = serde_json::to_string(&[
+        "sh",
+        "-c",
+        &format!(
+            "if [ -f {p} ]; then echo $$ > {p}.hung; exec sleep 30; fi; echo $$ > {p}",
+            p = check_pid.display()
+        ),
+    ])
+    .unwrap();
+    let extra = format!(
+        "hooks:\n  on_acquired: {hook}\n  timeout: 20s\nelection:\n  health_check:\n    command: {check}\n    period: 1s\n    timeout: 900ms\n    failures: 3\n"
+    );
+    let mut o = opts("diewith", "a", &redis.url(), &extra, Vec::new());
+    o.own_group = true;
+    let d = Daemon::spawn(&o);
+    let pid_in =
+        |path: &Path| -> Option<i32> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
+    let hung = check_pid.with_extension("pid.hung");
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    };
+    let (hook, check) = wait_until(Duration::from_secs(15), Duration::from_millis(10), || {
+        let both = (pid_in(&hook_pid)?, pid_in(&hung)?);
+        (alive(both.0) && alive(both.1)).then_some(both)
+    })
+    .expect("the hook and a hung check run");
+    d.signal_group(Signal::SIGKILL);
+    let gone = wait_until(Duration::from_secs(2), Duration::from_millis(20), || {
+        (!alive(hook) && !alive(check)).then_some(())
+    });
+    for pid in [hook, check] {
+        if alive(pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    assert!(gone.is_some(), "a hook or a health check outlived leaderd");
+}

@@ -61,6 +61,7 @@ pub(super) async fn run(
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
     crate::exec::without_secrets(command.as_std_mut());
+    crate::keeper::dies_with_us(command.as_std_mut());
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => return Outcome::NotStarted(err),
