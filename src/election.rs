@@ -323,7 +323,14 @@ async fn follow<L: Lease, E: ElectionEvents>(
                     }
                 }
                 _ = health_change(&mut inputs.healthy) => break,
-                Some(_) = inputs.yields.recv() => {} // nothing to yield while following
+                Some(_) = inputs.yields.recv() => {
+                    // Nothing to step down from: a follower asked to yield sits out a lease
+                    // as a yielding leader does (so that it can be kept from leading).
+                    let until = Instant::now() + t.lease_duration;
+                    sit_out_until = Some(until);
+                    reporter.sitting_out(sit_out_until);
+                    break;
+                }
                 _ = inputs.shutdown.cancelled() => return None,
             }
         }

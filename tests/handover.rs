@@ -710,3 +710,29 @@ fn preemption_counts_a_lease_from_when_the_candidate_turned_healthy() {
         ended - healthy
     );
 }
+
+/// SIGUSR1 on a follower: nothing to step down from, but it sits out a lease as a yielding
+/// leader would, so an operator can keep a replica from leading for a while.
+#[test]
+fn a_follower_asked_to_yield_sits_out_a_lease() {
+    let redis = RedisServer::start();
+    let name = "fyield";
+    seed(&redis, name);
+    let mut a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
+    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
+    settled(&b, 2, 2);
+    b.signal(Signal::SIGUSR1);
+    let yielded = now_ms();
+    std::thread::sleep(Duration::from_millis(200));
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait_exit(Duration::from_secs(5)), Some(0));
+    let acquired = wait_until(BOUND, POLL, || events(&b, "acquired").first().cloned())
+        .expect("b leads once its sit-out is over");
+    let at = exec_common::u64_of(&acquired, "acquired_at_ms");
+    assert!(
+        at >= yielded + LEASE_MS,
+        "b began a term {} ms after it was asked to yield",
+        at - yielded
+    );
+}
