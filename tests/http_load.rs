@@ -406,7 +406,8 @@ fn an_events_client_that_does_not_read_is_closed_after_a_few_documents() {
     });
     let docs = String::from_utf8_lossy(&got).matches("\ndata:").count();
     assert!(closed, "the stream is closed ({docs} documents read)");
-    assert!(docs < 150, "{docs} documents were held for the client");
+    println!("{docs} documents read after the stream was closed");
+    assert!(docs < 40, "{docs} documents were held for the client");
     assert!(leading(&d), "the leader went on");
     assert_eq!(step_downs(&d), 0);
 }

@@ -48,6 +48,7 @@ pub(crate) async fn events(
     let Ok(slot) = streams.slots.clone().try_acquire_owned() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "too many event streams\n").into_response();
     };
+    conn.activity.carries_a_stream();
     let (tx, rx) = mpsc::channel(QUEUED_DOCUMENTS);
     tokio::spawn(feed(ctx, tx, conn.close, streams.shutdown));
     let stream = ReceiverStream::new(rx).map(move |event| {

@@ -52,10 +52,11 @@ pub(crate) fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener>
 }
 
 /// One connection's handle, in every request's extensions: cancelling `close` drops the
-/// connection (an `/events` client that does not read).
+/// connection (an `/events` client that does not read); `activity` is its watchdog's.
 #[derive(Clone)]
 pub(crate) struct ConnHandle {
     pub(crate) close: CancellationToken,
+    pub(crate) activity: Arc<Activity>,
 }
 
 /// The connection cap in force: `max_connections`, lowered so that HTTP never takes the
@@ -135,11 +136,12 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER_BYTES);
+    let activity = Activity::new();
     let handle = ConnHandle {
         close: CancellationToken::new(),
+        activity: activity.clone(),
     };
     let close = handle.close.clone();
-    let activity = Activity::new();
     let watched = activity.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(handle.clone());

@@ -20,6 +20,9 @@ use tokio::time::Instant;
 pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// A keep-alive connection without a request in progress is closed after this without traffic.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The send buffer of a connection that carries an event stream (Linux doubles it for its
+/// bookkeeping, and allows no less than about 4.5 KiB): about ten documents.
+pub(crate) const STREAM_SEND_BUFFER: usize = 2048;
 
 const NONE: u64 = u64::MAX;
 
@@ -32,6 +35,8 @@ pub(crate) struct Activity {
     last_traffic: AtomicU64,
     /// Requests handed to the service whose response body is not done yet.
     in_flight: AtomicUsize,
+    /// Set by an event stream: its connection's send buffer is to shrink at the next write.
+    streaming: std::sync::atomic::AtomicBool,
     changed: Notify,
 }
 
@@ -43,6 +48,7 @@ impl Activity {
             head_started: AtomicU64::new(0),
             last_traffic: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            streaming: std::sync::atomic::AtomicBool::new(false),
             changed: Notify::new(),
         })
     }
@@ -62,6 +68,13 @@ impl Activity {
         {
             self.changed.notify_one();
         }
+    }
+
+    /// The connection carries an event stream from now on: its send buffer shrinks to
+    /// [`STREAM_SEND_BUFFER`], so that a client that does not read fills the stream's queue
+    /// after a few documents.
+    pub(crate) fn carries_a_stream(&self) {
+        self.streaming.store(true, Ordering::Release);
     }
 
     /// A head arrived and its request goes to the service; the guard ends it.
@@ -140,12 +153,15 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+impl<S: AsyncWrite + Unpin + std::os::fd::AsFd> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.activity.streaming.swap(false, Ordering::AcqRel) {
+            let _ = socket2::SockRef::from(&self.inner).set_send_buffer_size(STREAM_SEND_BUFFER);
+        }
         let polled = Pin::new(&mut self.inner).poll_write(cx, data);
         if let Poll::Ready(Ok(n)) = polled {
             if n > 0 {
