@@ -26,10 +26,13 @@ const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct ErrorLog {
+    /// The last error logged, without its digits (a timeout's "after N ms" varies).
     last: Option<String>,
     logged_at: Option<Instant>,
     suppressed: u64,
     failing: u64,
+    /// When `redis_recovered` was last logged.
+    recovered_at: Option<Instant>,
 }
 
 /// A leader (none while vacant or quarantined) and its fence, as last logged.
@@ -151,30 +154,44 @@ impl Reporter {
 
     fn log_error(&self, err: &LeaseError) {
         let text = err.to_string();
+        let shape: String = text.chars().filter(|c| !c.is_ascii_digit()).collect();
         let mut log = self.errors.lock().expect("reporter lock");
         log.failing += 1;
-        let repeated = log.last.as_deref() == Some(text.as_str());
+        let repeated = log.last.as_deref() == Some(shape.as_str());
         let recent = log.logged_at.is_some_and(|t| t.elapsed() < ERROR_LOG_EVERY);
         if repeated && recent {
             log.suppressed += 1;
             return;
         }
         tracing::warn!(event = "redis_error", error = %text, repeated = log.suppressed, "Redis call failed: {text}");
-        log.last = Some(text);
+        log.last = Some(shape);
         log.logged_at = Some(Instant::now());
         log.suppressed = 0;
     }
 
+    /// A call succeeded after failures: logged at most every [`ERROR_LOG_EVERY`]; while it
+    /// is not, the same error coming back stays suppressed too (a Redis that fails every
+    /// other call, e.g. writes that no replica acknowledges between reads that work, costs a
+    /// few lines every 30 s, not two a second; the next error line counts what it left out).
     fn recovered(&self) {
         let mut log = self.errors.lock().expect("reporter lock");
-        if log.failing > 0 {
+        if log.failing == 0 {
+            return;
+        }
+        if !log
+            .recovered_at
+            .is_some_and(|t| t.elapsed() < ERROR_LOG_EVERY)
+        {
             tracing::info!(
                 event = "redis_recovered",
                 failures = log.failing,
                 "Redis answers again"
             );
-            *log = ErrorLog::default();
+            log.recovered_at = Some(Instant::now());
+            // Said that it answers again: the next failure is news.
+            log.last = None;
         }
+        log.failing = 0;
     }
 
     /// Records whether the local service is healthy.
@@ -370,5 +387,58 @@ impl ElectionEvents for Reporter {
             s.fence = None;
             s.leader_address = None;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conn::{FailureKind, RedisFailure};
+
+    /// Log lines written while `f` runs, as JSON objects.
+    fn logged(f: impl FnOnce()) -> Vec<serde_json::Value> {
+        let buf = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_redis_that_fails_every_other_call_costs_a_few_lines() {
+        let metrics = Arc::new(Metrics::new("e", "v"));
+        let state = Arc::new(watch::channel(Snapshot::starting(true)).0);
+        let reporter = Reporter::new("a", state, metrics, Progress::new());
+        let lines = logged(|| {
+            for i in 0..40 {
+                let cause = format!("Redis command timed out after {}ms", 190 + i);
+                let err = LeaseError::Unavailable(RedisFailure::new(FailureKind::Timeout, cause));
+                reporter.redis_failed(&err);
+                reporter.observed(&Observed::Vacant);
+            }
+        });
+        let events: Vec<&str> = lines.iter().filter_map(|l| l["event"].as_str()).collect();
+        let count = |e: &str| events.iter().filter(|x| **x == e).count();
+        assert_eq!(count("redis_error"), 2, "{events:?}");
+        assert_eq!(count("redis_recovered"), 1, "{events:?}");
     }
 }
