@@ -178,9 +178,9 @@ impl Reporter {
         if log.failing == 0 {
             return;
         }
-        if !log
+        if log
             .recovered_at
-            .is_some_and(|t| t.elapsed() < ERROR_LOG_EVERY)
+            .is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY)
         {
             tracing::info!(
                 event = "redis_recovered",
