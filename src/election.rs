@@ -730,7 +730,8 @@ async fn step_down<L: Lease, W: LeaderWork, E: ElectionEvents>(
             window: handover_window(&policy.timing),
         });
         match lease.release_to(term, reservation, budget).await {
-            Ok(_) => reporter.released(term),
+            Ok(true) => reporter.released(term),
+            Ok(false) => {} // no longer ours: nothing was released
             Err(err) => reporter.redis_failed(&err),
         }
     }

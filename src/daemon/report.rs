@@ -315,7 +315,7 @@ impl ElectionEvents for Reporter {
         ));
     }
 
-    /// The lease was released (or was no longer ours).
+    /// The lease was released.
     fn released(&self, term: &Term) {
         tracing::info!(event = "released", fence = term.fence, "released the lease");
     }

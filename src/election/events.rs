@@ -43,7 +43,7 @@ pub trait ElectionEvents: Send + Sync {
     fn work_stopped(&self, _term: &Term, _reason: StepDown) -> impl Future<Output = ()> + Send {
         std::future::ready(())
     }
-    /// The lease was released (or was no longer ours).
+    /// The lease was released (not called when it was no longer this term's).
     fn released(&self, _term: &Term) {}
     /// The step-down is complete: the work has stopped and the release, if one was due, was
     /// sent, whatever came of it (Redis may not have answered). Next the elector follows
