@@ -321,14 +321,14 @@ fn check_config(overrides: &Overrides, probe: bool) -> i32 {
     }
     print!("{}", config.to_redacted_yaml());
     if probe {
-        return runtime().block_on(probe_redis(&lease));
+        let budget = one_shot_budget(&lease, &config);
+        return runtime().block_on(probe_redis(&lease, budget));
     }
     0
 }
 
 /// Connects (one `observe`) and reports each server's `maxmemory-policy` on stderr.
-async fn probe_redis<L: crate::Lease>(lease: &L) -> i32 {
-    let budget = lease.default_budget();
+async fn probe_redis<L: crate::Lease>(lease: &L, budget: std::time::Duration) -> i32 {
     if let Err(err) = lease.observe(budget).await {
         eprintln!("leaderd: probe: Redis does not answer: {err}");
         return EXIT_FAILURE;
@@ -367,7 +367,8 @@ fn status(overrides: &Overrides, json: bool, watch: bool) -> i32 {
     if watch {
         return watch::run(&config, lease, json);
     }
-    match runtime().block_on(read_status(&lease)) {
+    let budget = one_shot_budget(&lease, &config);
+    match runtime().block_on(read_status(&lease, budget)) {
         Ok((seen, candidates)) => print_status(&config.name, &seen, json, &candidates),
         Err(err) => {
             print_status_error(&config.name, &err, json);
@@ -376,11 +377,24 @@ fn status(overrides: &Overrides, json: bool, watch: bool) -> i32 {
     }
 }
 
+/// The budget of a command's calls: a call's, plus what connecting may take, since a
+/// one-shot command connects first (a cluster seed that hangs makes that slower than a call).
+pub(crate) fn one_shot_budget<L: Lease>(lease: &L, config: &Config) -> std::time::Duration {
+    let connects = match config.redis.mode {
+        crate::config::RedisMode::Cluster { .. } => crate::connector::CLUSTER_CONNECTS,
+        _ => 1,
+    };
+    lease.default_budget() + config.redis.connect_timeout * connects
+}
+
 /// What `status` shows: the lease, and the candidates in the contract's order.
-async fn read_status<L: Lease>(lease: &L) -> Result<(Observed, Vec<Listed>), LeaseError> {
-    let seen = lease.observe(lease.default_budget()).await?;
+async fn read_status<L: Lease>(
+    lease: &L,
+    budget: std::time::Duration,
+) -> Result<(Observed, Vec<Listed>), LeaseError> {
+    let seen = lease.observe(budget).await?;
     let roster = lease
-        .heartbeat(Heartbeat::Read, lease.default_budget())
+        .heartbeat(Heartbeat::Read, budget)
         .await
         .unwrap_or_default();
     let leader = seen.holder().map(|h| h.holder.clone());

@@ -4,8 +4,10 @@
 use std::future::Future;
 use std::time::Duration;
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use redis::{Client, ErrorKind, RedisError};
-use tokio::sync::Mutex;
+use tokio::sync::watch;
 
 use crate::connector::{Conn, Connector};
 
@@ -138,6 +140,26 @@ impl RedisFailure {
     }
 }
 
+/// Reads a new connection's `maxmemory-policy` in the background (never delaying the call
+/// that connected) and publishes it; nothing when the server does not tell.
+fn read_eviction_policy(
+    mut conn: Conn,
+    sender: Arc<watch::Sender<Option<crate::eviction::EvictionPolicy>>>,
+    server: String,
+    budget: Duration,
+) {
+    tokio::spawn(async move {
+        let read = crate::eviction::read_policy(&mut conn);
+        if let Ok(Some(policy)) = tokio::time::timeout(budget, read).await {
+            sender.send_replace(Some(crate::eviction::EvictionPolicy { server, policy }));
+        }
+    });
+}
+
+fn abandoned() -> RedisFailure {
+    RedisFailure::new(FailureKind::Connection, "the connect was abandoned")
+}
+
 /// When a connection was made: the connector's epoch (a Sentinel move) and the endpoint's
 /// generation (bumped when a call drops the connection). Another `Made` now: make a new one.
 type Made = (u64, u64);
@@ -150,13 +172,18 @@ pub struct Endpoint {
     command_timeout: Duration,
     min_replicas_ack: u32,
     /// The shared connection, with the [`Made`] it was made at.
-    slot: Mutex<Option<(Conn, Made)>>,
+    slot: Arc<Mutex<Option<(Conn, Made)>>>,
+    /// The connect in progress or last finished: for which [`Made`], and its outcome.
+    connecting: Mutex<Option<(Made, Connecting)>>,
     /// Bumped when a call drops the connection (a timeout, a broken link): without waiting
     /// for the slot, which a connect in progress may hold for up to the connect timeout.
     generation: std::sync::atomic::AtomicU64,
     /// The server's `maxmemory-policy`, read at every new connection.
-    eviction: tokio::sync::watch::Sender<Option<crate::eviction::EvictionPolicy>>,
+    eviction: Arc<watch::Sender<Option<crate::eviction::EvictionPolicy>>>,
 }
+
+/// Where a connect's outcome appears (`None` while it runs).
+type Connecting = watch::Receiver<Option<Result<Conn, RedisFailure>>>;
 
 impl Endpoint {
     /// An endpoint for `client`. No connection is made until the first call.
@@ -176,9 +203,10 @@ impl Endpoint {
             connect_timeout,
             command_timeout,
             min_replicas_ack: 0,
-            slot: Mutex::new(None),
+            slot: Arc::default(),
+            connecting: Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
-            eviction: tokio::sync::watch::Sender::new(None),
+            eviction: Arc::new(watch::Sender::new(None)),
         }
     }
 
@@ -223,50 +251,68 @@ impl Endpoint {
         self.connect_timeout
     }
 
-    /// The shared connection, made anew when there is none or it is stale; waiting for the
-    /// slot (another call may be connecting) counts against `budget` too.
+    /// The shared connection, made anew when there is none or it is stale. A connect runs in
+    /// the background for up to its limit ([`Connector::connect_limit`]), whatever the
+    /// budget of the call that
+    /// began it: a call waits for it within its own budget, and one that gives up leaves it
+    /// to the next (a cluster seed that hangs makes its first connect slower than a call's
+    /// budget, which would otherwise never connect at all).
     async fn connection(&self, budget: Duration) -> Result<Conn, RedisFailure> {
-        let started = tokio::time::Instant::now();
-        let Ok(mut slot) = tokio::time::timeout(budget, self.slot.lock()).await else {
-            return Err(RedisFailure::timeout("connecting to Redis", budget));
-        };
         let now = self.made();
-        if let Some((conn, made)) = slot.as_ref() {
-            if *made == now {
-                return Ok(conn.clone());
+        let current = self
+            .slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some((conn, made)) = current {
+            if made == now {
+                return Ok(conn);
             }
         }
-        let limit = budget
-            .saturating_sub(started.elapsed())
-            .min(self.connect_timeout);
-        let connect = self.connector.connect(limit);
-        let conn = match tokio::time::timeout(limit, connect).await {
-            Err(_) => return Err(RedisFailure::timeout("connecting to Redis", limit)),
-            Ok(Err(e)) => return Err(RedisFailure::from_redis(&e)),
-            Ok(Ok(conn)) => conn,
+        let mut outcome = self.connect_in_background(now);
+        let waited = tokio::time::timeout(budget, outcome.wait_for(Option::is_some)).await;
+        let done = match waited {
+            Err(_) => return Err(RedisFailure::timeout("connecting to Redis", budget)),
+            Ok(Ok(done)) => done.clone(),
+            Ok(Err(_)) => None,
         };
-        *slot = Some((conn.clone(), now));
-        self.read_eviction_policy(conn.clone());
-        Ok(conn)
+        done.unwrap_or_else(|| Err(abandoned()))
+    }
+
+    /// The connect for `made`: the one in progress, or a new one.
+    fn connect_in_background(&self, made: Made) -> Connecting {
+        let mut connecting = self
+            .connecting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((m, outcome)) = connecting.as_ref() {
+            if *m == made && outcome.borrow().is_none() {
+                return outcome.clone();
+            }
+        }
+        let (tx, rx) = watch::channel(None);
+        *connecting = Some((made, rx.clone()));
+        let limit = self.connector.connect_limit(self.connect_timeout);
+        let (connector, slot) = (self.connector.clone(), self.slot.clone());
+        let (eviction, budget) = (self.eviction.clone(), self.command_timeout);
+        tokio::spawn(async move {
+            let outcome = match tokio::time::timeout(limit, connector.connect(limit)).await {
+                Err(_) => Err(RedisFailure::timeout("connecting to Redis", limit)),
+                Ok(Err(e)) => Err(RedisFailure::from_redis(&e)),
+                Ok(Ok(conn)) => Ok(conn),
+            };
+            if let Ok(conn) = &outcome {
+                *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some((conn.clone(), made));
+                read_eviction_policy(conn.clone(), eviction, connector.server_label(), budget);
+            }
+            tx.send_replace(Some(outcome));
+        });
+        rx
     }
 
     fn made(&self) -> Made {
         let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
         (self.connector.epoch(), generation)
-    }
-
-    /// Reads the new connection's `maxmemory-policy` in the background (never delaying the
-    /// call that connected) and publishes it; nothing when the server does not tell.
-    fn read_eviction_policy(&self, mut conn: Conn) {
-        let sender = self.eviction.clone();
-        let server = self.connector.server_label();
-        let budget = self.command_timeout;
-        tokio::spawn(async move {
-            let read = crate::eviction::read_policy(&mut conn);
-            if let Ok(Some(policy)) = tokio::time::timeout(budget, read).await {
-                sender.send_replace(Some(crate::eviction::EvictionPolicy { server, policy }));
-            }
-        });
     }
 
     /// The server's `maxmemory-policy` as last read (at every new connection).
@@ -316,7 +362,7 @@ impl Endpoint {
         }
         .await;
         if let Err(failure) = &outcome {
-            if failure.poisons_connection() {
+            if failure.poisons_connection() && !self.connector.heals_itself(failure.kind) {
                 self.forget();
             }
         }

@@ -59,6 +59,24 @@ impl Connector {
         }
     }
 
+    /// Whether a failure of `kind` leaves the connection usable: a cluster connection
+    /// reconnects to its nodes by itself, so a timeout (one node slow or hung) is no reason
+    /// to make a new one, which would first reach every seed and every node again (and with
+    /// one of them hung, time out again, and again).
+    pub fn heals_itself(&self, kind: crate::conn::FailureKind) -> bool {
+        matches!(self, Connector::Cluster(_)) && kind == crate::conn::FailureKind::Timeout
+    }
+
+    /// How long one connect may take in all, given the connect timeout of one server: a
+    /// cluster connection reaches every seed and then every node of the slot map, each
+    /// within its own timeout, so it gets a few.
+    pub fn connect_limit(&self, connect_timeout: Duration) -> Duration {
+        match self {
+            Connector::Cluster(_) => connect_timeout * CLUSTER_CONNECTS,
+            _ => connect_timeout,
+        }
+    }
+
     /// Changes when connections made before should be dropped: for Sentinel, when the
     /// master moved; always 0 otherwise.
     /// Which server this is, for reports (no credentials).
@@ -77,13 +95,14 @@ impl Connector {
         }
     }
 
-    /// A pub/sub connection on which a release published on the lease's channel arrives: the
-    /// server itself, the current Sentinel master, or any reachable node of a cluster
-    /// (a plain `PUBLISH` is broadcast to every node of a cluster).
+    /// A pub/sub connection on which what is published on `channel` arrives: the server
+    /// itself, the current Sentinel master, or in a cluster the master that serves
+    /// `channel`'s slot (the lease's scripts publish there; a plain `PUBLISH` reaches the
+    /// other nodes too, but over the cluster bus, tens of ms later), else any reachable node.
     ///
     /// # Errors
     /// The error of the connect or of the lookup.
-    pub async fn pubsub(&self, limit: Duration) -> RedisResult<PubSub> {
+    pub async fn pubsub(&self, channel: &str, limit: Duration) -> RedisResult<PubSub> {
         match self {
             Connector::Direct(client) => client.get_async_pubsub().await,
             Connector::Sentinel(s) => {
@@ -91,6 +110,13 @@ impl Connector {
                 client.get_async_pubsub().await
             }
             Connector::Cluster(c) => {
+                if let Some(owner) = c.slot_owner(key_slot(channel.as_bytes()), limit).await {
+                    if let Ok(Ok(pubsub)) =
+                        tokio::time::timeout(limit, owner.get_async_pubsub()).await
+                    {
+                        return Ok(pubsub);
+                    }
+                }
                 // Start at the next seed each time, so one that hangs is not always first.
                 let first = c.next_seed.fetch_add(1, Ordering::Relaxed);
                 let n = c.seeds.len().max(1);
@@ -107,6 +133,9 @@ impl Connector {
         }
     }
 }
+/// Connect timeouts a cluster connection gets in all (see [`Connector::connect_limit`]).
+pub(crate) const CLUSTER_CONNECTS: u32 = 4;
+
 fn conn_config(limit: Duration) -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(Some(limit))

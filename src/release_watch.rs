@@ -137,7 +137,8 @@ async fn subscribe(
     channels: &[String],
     limit: Duration,
 ) -> redis::RedisResult<redis::aio::PubSub> {
-    let mut pubsub = connector.pubsub(limit).await?;
+    let key = channels.first().map_or("", String::as_str);
+    let mut pubsub = connector.pubsub(key, limit).await?;
     pubsub.subscribe(channels).await?;
     Ok(pubsub)
 }

@@ -1,7 +1,8 @@
 //! `redis.mode: cluster` against a real Redis Cluster made with `redis-cli --cluster create`:
 //! three masters with one replica each. The lease works; its slot is migrated to another
 //! master (ASK during the migration, MOVED after it), then its shard fails over to the
-//! replica (`CLUSTER FAILOVER`); leadership continues and no two terms overlap.
+//! replica (`CLUSTER FAILOVER`); a seed node hangs; leadership continues and no two terms
+//! overlap.
 
 mod support;
 
@@ -233,6 +234,29 @@ fn lease_survives_resharding_and_failover_of_its_shard() {
     let leader = leader_after(&daemons, t2, Duration::from_secs(15))
         .expect("leadership continues after the failover");
     assert_eq!(promoted.cmd(&["HGET", &lock, "holder"]), leader);
+
+    // 3. A seed node that hangs (paused; neither the lease's master nor its replica): a new connection,
+    // e.g. `leaderd status`, still gets through (the cluster client waits for every seed
+    // when it connects: not within one call's budget), and leadership goes on.
+    let hung = servers[..3]
+        .iter()
+        .find(|s| s.port() != replica.port && s.port() != target.port)
+        .expect("a seed that neither serves the slot nor acknowledges its writes");
+    hung.pause();
+    let status = daemons[0].cli(&["status", "--json"]);
+    let t3 = now_ms();
+    let continued = leader_after(&daemons, t3, Duration::from_secs(10));
+    hung.resume();
+    assert_eq!(status.code, Some(0), "status with a seed hung: {status:?}");
+    assert!(
+        continued.is_some(),
+        "leadership goes on with a seed hung:\n{}",
+        daemons
+            .iter()
+            .map(Daemon::log)
+            .collect::<Vec<_>>()
+            .join("\n====\n")
+    );
 
     for d in &daemons {
         d.signal(Signal::SIGTERM);

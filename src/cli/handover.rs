@@ -104,7 +104,7 @@ async fn ask<L: Lease>(
     to: String,
     timeout: Duration,
 ) -> Result<Done, Outcome> {
-    let budget = lease.default_budget();
+    let budget = super::one_shot_budget(lease, config);
     let seen = lease.observe(budget).await.map_err(unreachable)?;
     let Observed::Held(leader) = seen else {
         return Err(Outcome::fail(EXIT_VACANT, "nobody leads".into()));

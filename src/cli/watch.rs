@@ -22,10 +22,16 @@ pub(super) fn run<L: Lease>(config: &Config, lease: L, json: bool) -> i32 {
         drawn: 0,
     };
     let every = config.election.retry_period;
-    super::runtime().block_on(watch(&config.name, lease, every, out))
+    let budget = super::one_shot_budget(&lease, config);
+    super::runtime().block_on(watch(&config.name, lease, (every, budget), out))
 }
 
-async fn watch<L: Lease>(name: &str, lease: L, every: Duration, mut out: Output) -> i32 {
+async fn watch<L: Lease>(
+    name: &str,
+    lease: L,
+    (every, budget): (Duration, Duration),
+    mut out: Output,
+) -> i32 {
     let stop = match crate::shutdown::install() {
         Ok(signals) => signals.shutdown,
         Err(err) => {
@@ -38,7 +44,7 @@ async fn watch<L: Lease>(name: &str, lease: L, every: Duration, mut out: Output)
     loop {
         let frame = tokio::select! {
             _ = stop.cancelled() => return 0,
-            read = super::read_status(&lease) => Frame::of(name, read),
+            read = super::read_status(&lease, budget) => Frame::of(name, read),
         };
         if shown.as_ref() != Some(&frame.key) {
             if let Err(err) = out.draw(&frame) {

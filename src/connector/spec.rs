@@ -257,8 +257,10 @@ impl RedisSpec {
             infos.push(info);
             seeds.push(self.client_for_url(url, &key)?);
         }
+        // The cluster client connects to every seed and waits for all of them: half the
+        // connect timeout each, so that one seed that hangs leaves time for the rest.
         let mut builder = ClusterClient::builder(infos)
-            .connection_timeout(connect)
+            .connection_timeout(connect / 2)
             .response_timeout(response);
         if let Some(user) = &self.username {
             builder = builder.username(user);

@@ -200,7 +200,7 @@ async fn listen(
     loop {
         let epoch = connector.epoch();
         let subscribed = async {
-            let mut pubsub = connector.pubsub(limit).await?;
+            let mut pubsub = connector.pubsub(&channel, limit).await?;
             pubsub.subscribe(&channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
