@@ -167,9 +167,19 @@ fn report(problems: &[String]) -> i32 {
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(err) => {
+        Err(err)
+            if err.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
             let _ = err.print();
-            return if err.use_stderr() { EXIT_USAGE } else { 0 };
+            return EXIT_USAGE;
+        }
+        Err(err) if err.use_stderr() => {
+            eprintln!("leaderd: {}", usage_error(&err.to_string()));
+            return EXIT_USAGE;
+        }
+        Err(help_or_version) => {
+            let _ = help_or_version.print();
+            return 0;
         }
     };
     match cli.command {
@@ -190,6 +200,16 @@ pub fn main() -> i32 {
         } => handover::handover(&common.overrides(Vec::new(), false), to, timeout, json),
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
+    }
+}
+
+/// A usage error in one line: what is wrong, and the usage of the command.
+fn usage_error(text: &str) -> String {
+    let what = text.lines().next().unwrap_or_default();
+    let what = what.strip_prefix("error: ").unwrap_or(what);
+    match text.lines().find_map(|l| l.strip_prefix("Usage: ")) {
+        Some(usage) => format!("{what} (usage: {usage}; see --help)"),
+        None => what.to_string(),
     }
 }
 

@@ -547,3 +547,27 @@ fn a_byte_order_mark_at_the_start_is_ignored() {
     assert_eq!(out.code, Some(0), "{out:?}");
     assert!(out.stdout.contains("name: cfg"), "{out:?}");
 }
+
+/// Bad usage is one line naming the flag or command (with the command's usage when clap
+/// gives it), and exit 2.
+#[test]
+fn bad_usage_is_one_line_and_exit_2() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["run", "--bogus"], "'--bogus'"),
+        (&["frob"], "'frob'"),
+        (&["status", "--json", "--timeout", "3s"], "'--timeout'"),
+        (&["handover", "--to"], "'--to <IDENTITY>'"),
+    ];
+    for (args, named) in cases {
+        let out = support::run_cli(args, &[], Duration::from_secs(5));
+        assert_eq!(out.code, Some(2), "{args:?}: {out:?}");
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line: {out:?}");
+        assert!(lines[0].starts_with("leaderd: "), "{out:?}");
+        assert!(lines[0].contains(named), "{args:?}: {out:?}");
+    }
+    let out = support::run_cli(&["run", "--bogus"], &[], Duration::from_secs(5));
+    assert!(out.stderr.contains("usage: leaderd run"), "{out:?}");
+    let out = support::run_cli(&["--version"], &[], Duration::from_secs(5));
+    assert_eq!(out.code, Some(0), "{out:?}");
+}
