@@ -253,14 +253,16 @@ fn with_on_change_close_connections_to_a_deposed_leader_close_before_its_release
             .then_some(events)
     })
     .expect("the old leader logs its release");
+    // The close follows the end of the claim (the state published not-leader), which may be
+    // logged a moment before or after the `stepped_down` line: it is counted from the yield.
     let pos = |name: &str| events.iter().position(|e| event_name(e) == Some(name));
-    let (stepped, released) = (pos("stepped_down").unwrap(), pos("released").unwrap());
-    let closed = events.iter().skip(stepped).position(|e| {
+    let (asked, released) = (pos("yield_requested").unwrap(), pos("released").unwrap());
+    let closed = events.iter().skip(asked).position(|e| {
         event_name(e) == Some("proxy_connection_closed")
             && field(e, "target").and_then(Value::as_str) == Some("local")
     });
-    let closed = stepped + closed.expect("the local connection closed after the step-down");
-    assert!(closed < released, "{stepped} {closed} {released}");
+    let closed = asked + closed.expect("the local connection closed after the yield");
+    assert!(closed < released, "{asked} {closed} {released}");
     wait_until(Duration::from_secs(5), STEP, || {
         (rs[l].service.open.load(Ordering::SeqCst) == 0).then_some(())
     })
