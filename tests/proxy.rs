@@ -239,7 +239,8 @@ fn with_on_change_close_connections_to_a_deposed_leader_close_before_its_release
         let _ = conn.read_to_end(&mut rest);
         assert!(
             started.elapsed() < Duration::from_secs(4),
-            "{what} connection stayed open"
+            "{what} connection stayed open: {}",
+            rs[l].daemon.log()
         );
         assert!(rest.is_empty() || rest == b"bye\n", "{what}: {rest:?}");
     }
@@ -261,8 +262,10 @@ fn with_on_change_close_connections_to_a_deposed_leader_close_before_its_release
         event_name(e) == Some("proxy_connection_closed")
             && field(e, "target").and_then(Value::as_str) == Some("local")
     });
-    let closed = asked + closed.expect("the local connection closed after the yield");
-    assert!(closed < released, "{asked} {closed} {released}");
+    let names: Vec<_> = events.iter().filter_map(|e| event_name(e)).collect();
+    let closed =
+        asked + closed.unwrap_or_else(|| panic!("no local close after the yield: {names:?}"));
+    assert!(closed < released, "{asked} {closed} {released}: {names:?}");
     wait_until(Duration::from_secs(5), STEP, || {
         (rs[l].service.open.load(Ordering::SeqCst) == 0).then_some(())
     })
