@@ -26,9 +26,10 @@ pub struct LeaseSpec {
     /// The address this holder advertises to the others while it holds the lease (stored
     /// as the lease's `address` field), e.g. for a proxy to reach the leader.
     pub address: Option<String>,
-    /// Within how long a silently dead release subscription is noticed (the daemon's
-    /// `retry_period`): it is PINGed every half of it, each PING given the other half, and a
-    /// follower relies on the subscription only while it answers.
+    /// How often the release subscription is checked (the daemon's `retry_period`): it is
+    /// PINGed this often, each PING given half of it to answer, so a silently dead
+    /// subscription is noticed within one and a half of it; a follower relies on the
+    /// subscription only while it answers.
     pub release_check: Duration,
 }
 

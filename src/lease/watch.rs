@@ -18,10 +18,10 @@ impl LeaseClient {
                 self.keys.successor_channel(&self.spec.holder),
             ],
             connect_timeout: self.endpoint.connect_timeout(),
-            // A PING every half check, each given the other half: a silently dead
-            // subscription is noticed within one `release_check` (a false alarm costs a
-            // resubscription and a read).
-            ping_every: self.spec.release_check / 2,
+            // A PING every check (the contract's `retry_period`), each given half of it: a
+            // silently dead subscription is noticed within one and a half checks (a false
+            // alarm costs a resubscription and a read).
+            ping_every: self.spec.release_check,
             ping_timeout: self.spec.release_check / 2,
         };
         let task = tokio::spawn(crate::release_watch::listen_with(
