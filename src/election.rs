@@ -318,7 +318,8 @@ async fn follow<L: Lease, E: ElectionEvents>(
                     if disowned(lease, held_by(&read.0), me, t.command_timeout).await {
                         break;
                     }
-                    if sight.take_read(read, me, contend, reporter) == Next::Attempt {
+                    let hold_off = if best { Duration::ZERO } else { t.retry_period / 2 };
+                    if sight.take_read(read, me, contend, hold_off, reporter) == Next::Attempt {
                         break;
                     }
                 }
@@ -397,6 +398,24 @@ impl Sight {
         }
     }
 
+    /// Whether a vacancy read at `sent` is the expiry of the lease seen (read from `hold_off`
+    /// before it on), inside the `hold_off` after it that a follower that is not the best
+    /// successor leaves to the best one: the wait for the expiry goes on (contract,
+    /// "Priority"), as it would have without the read.
+    fn held_off(&self, sent: Instant, hold_off: Duration) -> bool {
+        let expiring = matches!(
+            self.seen,
+            Some(Observed::Held(_) | Observed::Quarantined { .. })
+        );
+        match self.expiry() {
+            Some(expiry) if expiring && !hold_off.is_zero() => {
+                sent + hold_off >= expiry
+                    && Instant::now() <= expiry + Duration::from_millis(1) + hold_off
+            }
+            _ => false,
+        }
+    }
+
     /// What was seen, with `remaining` counted from now: what the follower publishes.
     fn now(&self) -> Option<Observed> {
         let mut seen = self.seen.clone()?;
@@ -421,15 +440,18 @@ impl Sight {
     }
 
     /// A heartbeat's read of the lease, sent at `sent`: news unless something newer is
-    /// known already. A vacant lease, or one reserved for us, is worth an attempt at once.
+    /// known already. A vacant lease, or one reserved for us, is worth an attempt at once,
+    /// unless it is the expiry of the lease seen and this follower leaves `hold_off` after
+    /// it to the best successor.
     fn take_read<E: ElectionEvents>(
         &mut self,
         (seen, sent): (Observed, Instant),
         me: &str,
         contend: bool,
+        hold_off: Duration,
         reporter: &E,
     ) -> Next {
-        if sent < self.at {
+        if sent < self.at || (seen == Observed::Vacant && self.held_off(sent, hold_off)) {
             return Next::Wait;
         }
         let urgent = match &seen {

@@ -2,8 +2,8 @@
 //! redis-server and leaderd processes: what a follower costs Redis under a live leader
 //! (counted per follower with MONITOR, each follower its own ACL user), a follower whose
 //! subscription silently dies (the test proxy blackholes only its subscriber connection),
-//! the best successor winning after a crash, and a reserved release contended only by its
-//! successor.
+//! the best successor winning after a crash (or, paused, left its half retry), and a reserved
+//! release contended only by its successor.
 //!
 //! Timings are the defaults (15 s / 10 s / 2 s, heartbeat every lease / 3) scaled by 1/5.
 
@@ -284,6 +284,77 @@ fn after_a_crash_the_best_successor_wins_every_time() {
         let refs: Vec<&Daemon> = daemons.iter().collect();
         wait_leader(&refs, Some("prio-ten"));
         std::thread::sleep(LEASE + RETRY);
+    }
+}
+
+/// (e) After a crash while the best successor is paused (its candidate entry still fresh),
+/// the others wait retry_period / 2 past the expiry for it, also when their own heartbeat
+/// reads the lease vacant in that half retry (three followers: one of them usually does).
+#[test]
+fn with_the_best_successor_paused_the_others_leave_it_half_a_retry() {
+    let redis = RedisServer::start();
+    let name = "quiet-hold-off";
+    seed_fence(&redis, name);
+    let with_priority = |id: &str, p: u32| {
+        opts(
+            name,
+            id,
+            &redis.url(),
+            &format!("election:\n  priority: {p}\n"),
+        )
+    };
+    let mut daemons = vec![Daemon::spawn(&with_priority("hold-lead", 0))];
+    wait_leader(&[&daemons[0]], None);
+    for (id, p) in [
+        ("hold-ten", 10),
+        ("hold-z1", 0),
+        ("hold-z2", 0),
+        ("hold-z3", 0),
+    ] {
+        daemons.push(Daemon::spawn(&with_priority(id, p)));
+    }
+    let lock = format!("leaderd:{{{name}}}:lock");
+    for run in 0..3 {
+        let refs: Vec<&Daemon> = daemons.iter().collect();
+        let leader = wait_leader(&refs, None);
+        assert_ne!(leader, "hold-ten", "run {run}: set up with another leader");
+        for d in daemons.iter().filter(|d| d.identity() != leader) {
+            wait_follower_of(d, &leader);
+        }
+        std::thread::sleep(LEASE / 3 + Duration::from_millis(300));
+        let idx = daemons.iter().position(|d| d.identity() == leader).unwrap();
+        daemons[idx].kill();
+        let file = std::fs::read_to_string(daemons[idx].leader_file()).expect("leader file");
+        let doc: Value = serde_json::from_str(&file).expect("leader file is JSON");
+        let valid_until = doc["lease_valid_until_ms"].as_u64().expect("its validity");
+        // Paused shortly before the expiry: its last heartbeat is at most lease / 3 old.
+        let near = wait_until(BOUND, Duration::from_millis(10), || {
+            let left: i64 = redis.cmd(&["PTTL", &lock]).parse().ok()?;
+            (left < 500).then_some(())
+        });
+        assert!(near.is_some(), "run {run}: the lease runs out");
+        let ten = daemons.iter().find(|d| d.identity() == "hold-ten").unwrap();
+        ten.signal(Signal::SIGSTOP);
+        let others: Vec<&Daemon> = daemons
+            .iter()
+            .filter(|d| ![leader.as_str(), "hold-ten"].contains(&d.identity()))
+            .collect();
+        let winner = wait_leader(&others, Some(leader.as_str()));
+        ten.signal(Signal::SIGCONT);
+        let won = others.iter().find(|d| d.identity() == winner).unwrap();
+        let acquired = won.events_named("acquired");
+        let at = acquired
+            .last()
+            .and_then(|e| field_u64(e, "acquired_at_ms"))
+            .expect("acquired_at_ms");
+        // The expiry is at least `drift` (32 ms) after the validity.
+        let half = RETRY.as_millis() as u64 / 2;
+        assert!(
+            at >= valid_until + half,
+            "run {run}: {winner} took the lease {} ms after {leader}'s validity (< {half})",
+            at as i64 - valid_until as i64
+        );
+        daemons[idx].restart();
     }
 }
 

@@ -642,6 +642,33 @@ async fn a_follower_that_is_not_the_best_successor_waits_half_a_retry_longer() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_heartbeat_read_of_the_expired_lease_does_not_cut_the_wait_short() {
+    let lease = Arc::new(FakeLease::default());
+    lease.hold_by_other(Duration::from_millis(450));
+    let started = Instant::now();
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    h.roster.send_modify(|r| {
+        r.candidates = vec![
+            candidate("best", 10),
+            candidate("me", 0),
+            candidate("other", 20),
+        ];
+    });
+    tokio::time::sleep(Duration::from_millis(470)).await;
+    h.roster
+        .send_modify(|r| r.lease = Some((Observed::Vacant, Instant::now())));
+    wait_phase(&mut h.state, Phase::Leader).await;
+    let took = started.elapsed();
+    // The expiry at 450 ms, then retry_period / 2 = 150 ms, read or no read.
+    assert!(
+        took >= Duration::from_millis(600) && took < Duration::from_millis(610),
+        "took {took:?}"
+    );
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_best_successor_contends_at_the_expiry() {
     let took = won_after_expiry_with_priority(30).await;
     assert!(
