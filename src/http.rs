@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -97,7 +97,6 @@ pub async fn serve(
     let cap = server::connection_cap(ctx.max_connections);
     let metrics = ctx.metrics.clone();
     let streams = events::Streams {
-        slots: Arc::new(Semaphore::new(events::stream_cap(cap))),
         shutdown: shutdown.clone(),
     };
     let app = router(ctx).layer(Extension(streams));

@@ -149,12 +149,9 @@ async fn serve_connection(
         let response = app.clone().oneshot(req);
         async move {
             let response = response.await?;
-            Ok::<_, std::convert::Infallible>(response.map(|body| {
-                axum::body::Body::new(Guarded {
-                    body,
-                    _guard: guard,
-                })
-            }))
+            Ok::<_, std::convert::Infallible>(
+                response.map(|body| axum::body::Body::new(Guarded { body, guard })),
+            )
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -181,7 +178,7 @@ async fn serve_connection(
 /// A response body that ends its request (for the watchdog) when it is done or dropped.
 struct Guarded {
     body: axum::body::Body,
-    _guard: RequestGuard,
+    guard: RequestGuard,
 }
 
 impl axum::body::HttpBody for Guarded {
@@ -192,7 +189,13 @@ impl axum::body::HttpBody for Guarded {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                self.guard.activity().took_body(data.len());
+            }
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -37,6 +37,10 @@ pub(crate) struct Activity {
     in_flight: AtomicUsize,
     /// Set by an event stream: its connection's send buffer is to shrink at the next write.
     streaming: std::sync::atomic::AtomicBool,
+    /// Bytes of response bodies taken by the connection, and bytes the socket accepted
+    /// (heads included): what waits in between is held by leaderd.
+    body_bytes: AtomicU64,
+    sent_bytes: AtomicU64,
     changed: Notify,
 }
 
@@ -49,6 +53,8 @@ impl Activity {
             last_traffic: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             streaming: std::sync::atomic::AtomicBool::new(false),
+            body_bytes: AtomicU64::new(0),
+            sent_bytes: AtomicU64::new(0),
             changed: Notify::new(),
         })
     }
@@ -75,6 +81,18 @@ impl Activity {
     /// after a few documents.
     pub(crate) fn carries_a_stream(&self) {
         self.streaming.store(true, Ordering::Release);
+    }
+
+    /// Bytes of body that the connection took from a response (to send).
+    pub(crate) fn took_body(&self, bytes: usize) {
+        self.body_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes of body taken but not yet accepted by the socket (a few hundred too few: the
+    /// heads count as sent).
+    pub(crate) fn unsent_bytes(&self) -> u64 {
+        let sent = self.sent_bytes.load(Ordering::Relaxed);
+        self.body_bytes.load(Ordering::Relaxed).saturating_sub(sent)
     }
 
     /// A head arrived and its request goes to the service; the guard ends it.
@@ -115,6 +133,13 @@ impl Activity {
 
 /// Held by a request until its response body is done (dropped).
 pub(crate) struct RequestGuard(Arc<Activity>);
+
+impl RequestGuard {
+    /// The connection's activity.
+    pub(crate) fn activity(&self) -> &Activity {
+        &self.0
+    }
+}
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
@@ -167,6 +192,7 @@ impl<S: AsyncWrite + Unpin + std::os::fd::AsFd> AsyncWrite for Watched<S> {
             if n > 0 {
                 let a = &self.activity;
                 a.last_traffic.store(a.now_ms(), Ordering::Relaxed);
+                a.sent_bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
         polled
