@@ -426,6 +426,34 @@ fn an_events_client_that_does_not_read_is_closed_after_a_few_documents() {
     assert_eq!(step_downs(&d), 0);
 }
 
+/// A client that reads keeps its stream however many documents pass through it: what is
+/// held for it is counted since the connection's buffer was last empty, not in total.
+#[test]
+fn an_events_client_that_reads_keeps_its_stream() {
+    let redis = RedisServer::start();
+    let mut opts = DaemonOpts::new("sse-read", "pod-a", &redis.url());
+    (opts.retry, opts.command_timeout) = ("50ms".into(), "40ms".into());
+    let d = Daemon::spawn(&opts);
+    wait_until(Duration::from_secs(10), STEP, || leading(&d).then_some(())).expect("pod-a leads");
+    let mut s = connect(d.http_addr());
+    s.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) {
+        let mut buf = [0u8; 4096];
+        match s.read(&mut buf) {
+            Ok(0) => panic!("the stream was closed after {} bytes", got.len()),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("the stream failed after {} bytes: {e}", got.len()),
+        }
+    }
+    let docs = String::from_utf8_lossy(&got).matches("\ndata:").count();
+    // About 80 documents (some 33 KB), ten times what is held for a client that does not read.
+    assert!(docs >= 40, "{docs} documents in 4 s");
+}
+
 /// Reads one whole answer from a keep-alive connection; false when the connection failed.
 fn read_answer(s: &mut TcpStream) -> bool {
     let mut got = Vec::new();

@@ -22,9 +22,9 @@ use crate::state::StatusDoc;
 /// Documents (and keep-alive comments) queued for one stream, not yet taken by the
 /// connection; one more closes it.
 pub(crate) const QUEUED_DOCUMENTS: usize = 4;
-/// Bytes of the stream taken by the connection that the socket has not accepted yet (hyper's
-/// write buffer, up to 16 KiB otherwise): past this, at the next document, the stream is
-/// closed: about seven documents of a leader (some 420 bytes each).
+/// Bytes of the stream taken by the connection since its write buffer was last empty
+/// (hyper's, up to 16 KiB otherwise): past this, at the next document, the stream is closed.
+/// About seven documents of a leader (some 420 bytes each).
 const HELD_BYTES: u64 = 3 * 1024;
 /// A comment line this often keeps proxies from closing a quiet stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);

@@ -37,10 +37,11 @@ pub(crate) struct Activity {
     in_flight: AtomicUsize,
     /// Set by an event stream: its connection's send buffer is to shrink at the next write.
     streaming: std::sync::atomic::AtomicBool,
-    /// Bytes of response bodies taken by the connection, and bytes the socket accepted
-    /// (heads included): what waits in between is held by leaderd.
+    /// Bytes of response bodies taken by the connection (hyper), and how many of them it had
+    /// taken when its write buffer was last empty (it flushes the stream only then): what
+    /// came after may still be held by leaderd.
     body_bytes: AtomicU64,
-    sent_bytes: AtomicU64,
+    drained_bytes: AtomicU64,
     changed: Notify,
 }
 
@@ -54,7 +55,7 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             streaming: std::sync::atomic::AtomicBool::new(false),
             body_bytes: AtomicU64::new(0),
-            sent_bytes: AtomicU64::new(0),
+            drained_bytes: AtomicU64::new(0),
             changed: Notify::new(),
         })
     }
@@ -85,14 +86,16 @@ impl Activity {
 
     /// Bytes of body that the connection took from a response (to send).
     pub(crate) fn took_body(&self, bytes: usize) {
-        self.body_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.body_bytes.fetch_add(bytes as u64, Ordering::AcqRel);
     }
 
-    /// Bytes of body taken but not yet accepted by the socket (a few hundred too few: the
-    /// heads count as sent).
+    /// Bytes of body taken since the connection's write buffer was last empty: at most
+    /// what leaderd holds for the client.
     pub(crate) fn unsent_bytes(&self) -> u64 {
-        let sent = self.sent_bytes.load(Ordering::Relaxed);
-        self.body_bytes.load(Ordering::Relaxed).saturating_sub(sent)
+        let drained = self.drained_bytes.load(Ordering::Acquire);
+        self.body_bytes
+            .load(Ordering::Acquire)
+            .saturating_sub(drained)
     }
 
     /// A head arrived and its request goes to the service; the guard ends it.
@@ -192,13 +195,17 @@ impl<S: AsyncWrite + Unpin + std::os::fd::AsFd> AsyncWrite for Watched<S> {
             if n > 0 {
                 let a = &self.activity;
                 a.last_traffic.store(a.now_ms(), Ordering::Relaxed);
-                a.sent_bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
         polled
     }
 
+    /// hyper flushes the stream once its write buffer is empty: every body byte it took so
+    /// far is with the socket.
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let a = &self.activity;
+        let taken = a.body_bytes.load(Ordering::Acquire);
+        a.drained_bytes.store(taken, Ordering::Release);
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
