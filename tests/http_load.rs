@@ -384,16 +384,22 @@ fn an_idle_keep_alive_connection_is_closed_at_60_s_not_30() {
     );
 }
 
+/// A leader of `name` renewing every 50 ms: about 20 new documents a second.
+fn renewing_fast(redis: &RedisServer, name: &str) -> Daemon {
+    let mut opts = DaemonOpts::new(name, "pod-a", &redis.url());
+    (opts.retry, opts.command_timeout) = ("50ms".into(), "40ms".into());
+    let d = Daemon::spawn(&opts);
+    wait_until(Duration::from_secs(10), STEP, || leading(&d).then_some(())).expect("pod-a leads");
+    d
+}
+
 /// An `/events` client that does not read is closed once a few documents wait for it: the
 /// kernel's send buffer does not grow to hold hundreds of them first. Here renewals every
 /// 50 ms change the document; the client's own receive buffer is small.
 #[test]
 fn an_events_client_that_does_not_read_is_closed_after_a_few_documents() {
     let redis = RedisServer::start();
-    let mut opts = DaemonOpts::new("sse", "pod-a", &redis.url());
-    (opts.retry, opts.command_timeout) = ("50ms".into(), "40ms".into());
-    let d = Daemon::spawn(&opts);
-    wait_until(Duration::from_secs(10), STEP, || leading(&d).then_some(())).expect("pod-a leads");
+    let d = renewing_fast(&redis, "sse");
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket.set_recv_buffer_size(2048).unwrap();
     socket
@@ -431,10 +437,7 @@ fn an_events_client_that_does_not_read_is_closed_after_a_few_documents() {
 #[test]
 fn an_events_client_that_reads_keeps_its_stream() {
     let redis = RedisServer::start();
-    let mut opts = DaemonOpts::new("sse-read", "pod-a", &redis.url());
-    (opts.retry, opts.command_timeout) = ("50ms".into(), "40ms".into());
-    let d = Daemon::spawn(&opts);
-    wait_until(Duration::from_secs(10), STEP, || leading(&d).then_some(())).expect("pod-a leads");
+    let d = renewing_fast(&redis, "sse-read");
     let mut s = connect(d.http_addr());
     s.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();

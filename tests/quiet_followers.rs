@@ -89,6 +89,30 @@ fn wait_leader(daemons: &[&Daemon], not: Option<&str>) -> String {
     .expect("a leader within the bound")
 }
 
+/// A leader `lead` (priority 0) of `name`, then followers with these priorities.
+fn spawn_with_priorities(
+    redis: &RedisServer,
+    name: &str,
+    lead: &str,
+    followers: &[(&str, u32)],
+) -> Vec<Daemon> {
+    seed_fence(redis, name);
+    let with_priority = |id: &str, p: u32| {
+        opts(
+            name,
+            id,
+            &redis.url(),
+            &format!("election:\n  priority: {p}\n"),
+        )
+    };
+    let mut daemons = vec![Daemon::spawn(&with_priority(lead, 0))];
+    wait_leader(&[&daemons[0]], None);
+    for (id, p) in followers {
+        daemons.push(Daemon::spawn(&with_priority(id, *p)));
+    }
+    daemons
+}
+
 /// The client addresses of each ACL user: (command connections, subscriber connections).
 fn connections_by_user(redis: &RedisServer) -> HashMap<String, (HashSet<String>, HashSet<String>)> {
     let mut out: HashMap<String, (HashSet<String>, HashSet<String>)> = HashMap::new();
@@ -244,21 +268,12 @@ fn a_follower_whose_subscription_silently_died_still_takes_a_release_within_a_re
 #[test]
 fn after_a_crash_the_best_successor_wins_every_time() {
     let redis = RedisServer::start();
-    let name = "quiet-priority";
-    seed_fence(&redis, name);
-    let with_priority = |id: &str, p: u32| {
-        opts(
-            name,
-            id,
-            &redis.url(),
-            &format!("election:\n  priority: {p}\n"),
-        )
-    };
-    let mut daemons = vec![Daemon::spawn(&with_priority("prio-lead", 0))];
-    wait_leader(&[&daemons[0]], None);
-    for (id, p) in [("prio-ten", 10), ("prio-five", 5), ("prio-zero", 0)] {
-        daemons.push(Daemon::spawn(&with_priority(id, p)));
-    }
+    let mut daemons = spawn_with_priorities(
+        &redis,
+        "quiet-priority",
+        "prio-lead",
+        &[("prio-ten", 10), ("prio-five", 5), ("prio-zero", 0)],
+    );
     let runs = 3;
     for run in 0..runs {
         let refs: Vec<&Daemon> = daemons.iter().collect();
@@ -294,25 +309,13 @@ fn after_a_crash_the_best_successor_wins_every_time() {
 fn with_the_best_successor_paused_the_others_leave_it_half_a_retry() {
     let redis = RedisServer::start();
     let name = "quiet-hold-off";
-    seed_fence(&redis, name);
-    let with_priority = |id: &str, p: u32| {
-        opts(
-            name,
-            id,
-            &redis.url(),
-            &format!("election:\n  priority: {p}\n"),
-        )
-    };
-    let mut daemons = vec![Daemon::spawn(&with_priority("hold-lead", 0))];
-    wait_leader(&[&daemons[0]], None);
-    for (id, p) in [
+    let followers = [
         ("hold-ten", 10),
         ("hold-z1", 0),
         ("hold-z2", 0),
         ("hold-z3", 0),
-    ] {
-        daemons.push(Daemon::spawn(&with_priority(id, p)));
-    }
+    ];
+    let mut daemons = spawn_with_priorities(&redis, name, "hold-lead", &followers);
     let lock = format!("leaderd:{{{name}}}:lock");
     for run in 0..3 {
         let refs: Vec<&Daemon> = daemons.iter().collect();
