@@ -84,6 +84,12 @@ impl RedisFailure {
         }
     }
 
+    /// This failure to connect, naming the server (`127.0.0.1:6379`, the Sentinel master).
+    fn connecting_to(mut self, server: &str) -> Self {
+        self.cause = format!("cannot connect to {server}: {}", self.cause);
+        self
+    }
+
     fn timeout(what: &str, after: Duration) -> Self {
         RedisFailure::new(
             FailureKind::Timeout,
@@ -296,14 +302,18 @@ impl Endpoint {
         let (connector, slot) = (self.connector.clone(), self.slot.clone());
         let (eviction, budget) = (self.eviction.clone(), self.command_timeout);
         tokio::spawn(async move {
+            let server = connector.server_label();
             let outcome = match tokio::time::timeout(limit, connector.connect(limit)).await {
-                Err(_) => Err(RedisFailure::timeout("connecting to Redis", limit)),
-                Ok(Err(e)) => Err(RedisFailure::from_redis(&e)),
+                Err(_) => Err(RedisFailure::timeout(
+                    &format!("connecting to {server}"),
+                    limit,
+                )),
+                Ok(Err(e)) => Err(RedisFailure::from_redis(&e).connecting_to(&server)),
                 Ok(Ok(conn)) => Ok(conn),
             };
             if let Ok(conn) = &outcome {
                 *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some((conn.clone(), made));
-                read_eviction_policy(conn.clone(), eviction, connector.server_label(), budget);
+                read_eviction_policy(conn.clone(), eviction, server, budget);
             }
             tx.send_replace(Some(outcome));
         });

@@ -77,17 +77,22 @@ impl Connector {
         }
     }
 
-    /// Changes when connections made before should be dropped: for Sentinel, when the
-    /// master moved; always 0 otherwise.
-    /// Which server this is, for reports (no credentials).
+    /// Which server this is, for reports (no credentials): `127.0.0.1:6379`, `Sentinel
+    /// master mymaster`, `the cluster at a:7000, b:7000`.
     pub fn server_label(&self) -> String {
+        let addr = |client: &Client| client.get_connection_info().addr().to_string();
         match self {
-            Connector::Direct(client) => client.get_connection_info().addr().to_string(),
-            Connector::Sentinel(_) => "the Sentinel master".into(),
-            Connector::Cluster(_) => "the cluster".into(),
+            Connector::Direct(client) => addr(client),
+            Connector::Sentinel(s) => format!("Sentinel master {}", s.master_name()),
+            Connector::Cluster(c) => {
+                let seeds: Vec<String> = c.seeds.iter().map(addr).collect();
+                format!("the cluster at {}", seeds.join(", "))
+            }
         }
     }
 
+    /// Changes when connections made before should be dropped: for Sentinel, when the
+    /// master moved; always 0 otherwise.
     pub fn epoch(&self) -> u64 {
         match self {
             Connector::Sentinel(s) => s.epoch(),

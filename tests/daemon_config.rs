@@ -256,7 +256,15 @@ fn status_exit_codes_and_json_shape() {
     let path_down = write(dir.path(), &unreachable);
     let (code, _, out) = status(&path_down);
     assert_eq!(code, Some(1), "unreachable Redis: {out:?}");
-    assert!(!out.stderr.trim().is_empty(), "{out:?}");
+    let port = unreachable
+        .split("127.0.0.1:")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let server = format!("cannot connect to 127.0.0.1:{port}: ");
+    assert!(out.stderr.contains(&server), "names the server: {out:?}");
     let text = cli(&["status", "--config", &path_down]);
     assert_eq!(text.code, Some(1), "{text:?}");
 

@@ -75,6 +75,11 @@ impl SentinelConnector {
         }
     }
 
+    /// The name of the master the Sentinels are asked for (`redis.master_name`).
+    pub fn master_name(&self) -> &str {
+        &self.master_name
+    }
+
     /// Changes whenever a Sentinel announces that the master moved (`+promoted-slave`,
     /// `+switch-master`), so that connections made before are dropped even when the old
     /// master still answers (a demoted master keeps accepting writes until the Sentinels

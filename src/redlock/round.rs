@@ -153,6 +153,10 @@ impl RedlockClient {
         let details: Vec<String> = errors
             .iter()
             .map(|(i, e)| match e {
+                // A failed connect names its node already.
+                LeaseError::Unavailable(f) if f.cause.contains(&self.nodes[*i].label) => {
+                    f.cause.clone()
+                }
                 LeaseError::Unavailable(f) => format!("{}: {}", self.nodes[*i].label, f.cause),
                 other => format!("{}: {other}", self.nodes[*i].label),
             })
