@@ -113,6 +113,21 @@ fn spawn_with_priorities(
     daemons
 }
 
+/// Once a leader other than `best` leads and every other replica follows it, and their
+/// heartbeats have read the candidates as they are, SIGKILLs it: its identity and index.
+fn crash_the_leader(daemons: &mut [Daemon], best: &str, run: usize) -> (String, usize) {
+    let refs: Vec<&Daemon> = daemons.iter().collect();
+    let leader = wait_leader(&refs, None);
+    assert_ne!(leader, best, "run {run}: set up with another leader");
+    for d in daemons.iter().filter(|d| d.identity() != leader) {
+        wait_follower_of(d, &leader);
+    }
+    std::thread::sleep(LEASE / 3 + Duration::from_millis(300));
+    let idx = daemons.iter().position(|d| d.identity() == leader).unwrap();
+    daemons[idx].kill();
+    (leader, idx)
+}
+
 /// The client addresses of each ACL user: (command connections, subscriber connections).
 fn connections_by_user(redis: &RedisServer) -> HashMap<String, (HashSet<String>, HashSet<String>)> {
     let mut out: HashMap<String, (HashSet<String>, HashSet<String>)> = HashMap::new();
@@ -276,16 +291,7 @@ fn after_a_crash_the_best_successor_wins_every_time() {
     );
     let runs = 3;
     for run in 0..runs {
-        let refs: Vec<&Daemon> = daemons.iter().collect();
-        let leader = wait_leader(&refs, None);
-        assert_ne!(leader, "prio-ten", "run {run}: set up with another leader");
-        for d in daemons.iter().filter(|d| d.identity() != leader) {
-            wait_follower_of(d, &leader);
-        }
-        // Every follower's last heartbeat read the candidates as they are now.
-        std::thread::sleep(LEASE / 3 + Duration::from_millis(300));
-        let idx = daemons.iter().position(|d| d.identity() == leader).unwrap();
-        daemons[idx].kill();
+        let (leader, idx) = crash_the_leader(&mut daemons, "prio-ten", run);
         let alive: Vec<&Daemon> = daemons.iter().filter(|d| d.identity() != leader).collect();
         let winner = wait_leader(&alive, Some(leader.as_str()));
         assert_eq!(winner, "prio-ten", "run {run}: the best successor wins");
@@ -318,15 +324,7 @@ fn with_the_best_successor_paused_the_others_leave_it_half_a_retry() {
     let mut daemons = spawn_with_priorities(&redis, name, "hold-lead", &followers);
     let lock = format!("leaderd:{{{name}}}:lock");
     for run in 0..3 {
-        let refs: Vec<&Daemon> = daemons.iter().collect();
-        let leader = wait_leader(&refs, None);
-        assert_ne!(leader, "hold-ten", "run {run}: set up with another leader");
-        for d in daemons.iter().filter(|d| d.identity() != leader) {
-            wait_follower_of(d, &leader);
-        }
-        std::thread::sleep(LEASE / 3 + Duration::from_millis(300));
-        let idx = daemons.iter().position(|d| d.identity() == leader).unwrap();
-        daemons[idx].kill();
+        let (leader, idx) = crash_the_leader(&mut daemons, "hold-ten", run);
         let file = std::fs::read_to_string(daemons[idx].leader_file()).expect("leader file");
         let doc: Value = serde_json::from_str(&file).expect("leader file is JSON");
         let valid_until = doc["lease_valid_until_ms"].as_u64().expect("its validity");

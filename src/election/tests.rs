@@ -611,8 +611,12 @@ async fn a_heartbeat_read_of_a_vacant_lease_contends_at_once() {
 }
 
 /// How long after its start a follower with `priority` wins a lease that expires in 450 ms,
-/// among the candidates "best" (10) and "other" (the holder, 20).
-async fn won_after_expiry_with_priority(priority: u32) -> Duration {
+/// among the candidates "best" (10) and "other" (the holder, 20); with `vacant_read_at`, its
+/// heartbeat reads the lease vacant at that time.
+async fn won_after_expiry_with_priority(
+    priority: u32,
+    vacant_read_at: Option<Duration>,
+) -> Duration {
     let lease = Arc::new(FakeLease::default());
     lease.hold_by_other(Duration::from_millis(450));
     let started = Instant::now();
@@ -624,6 +628,11 @@ async fn won_after_expiry_with_priority(priority: u32) -> Duration {
             candidate("other", 20),
         ];
     });
+    if let Some(at) = vacant_read_at {
+        tokio::time::sleep_until(started + at).await;
+        h.roster
+            .send_modify(|r| r.lease = Some((Observed::Vacant, Instant::now())));
+    }
     wait_phase(&mut h.state, Phase::Leader).await;
     let took = started.elapsed();
     h.shutdown.cancel();
@@ -633,7 +642,7 @@ async fn won_after_expiry_with_priority(priority: u32) -> Duration {
 
 #[tokio::test(start_paused = true)]
 async fn a_follower_that_is_not_the_best_successor_waits_half_a_retry_longer() {
-    let took = won_after_expiry_with_priority(0).await;
+    let took = won_after_expiry_with_priority(0, None).await;
     // 450 ms to the expiry, then retry_period / 2 = 150 ms.
     assert!(
         took >= Duration::from_millis(600) && took < Duration::from_millis(610),
@@ -643,34 +652,17 @@ async fn a_follower_that_is_not_the_best_successor_waits_half_a_retry_longer() {
 
 #[tokio::test(start_paused = true)]
 async fn a_heartbeat_read_of_the_expired_lease_does_not_cut_the_wait_short() {
-    let lease = Arc::new(FakeLease::default());
-    lease.hold_by_other(Duration::from_millis(450));
-    let started = Instant::now();
-    let mut h = start(lease.clone(), AfterLoss::Contend);
-    h.roster.send_modify(|r| {
-        r.candidates = vec![
-            candidate("best", 10),
-            candidate("me", 0),
-            candidate("other", 20),
-        ];
-    });
-    tokio::time::sleep(Duration::from_millis(470)).await;
-    h.roster
-        .send_modify(|r| r.lease = Some((Observed::Vacant, Instant::now())));
-    wait_phase(&mut h.state, Phase::Leader).await;
-    let took = started.elapsed();
+    let took = won_after_expiry_with_priority(0, Some(Duration::from_millis(470))).await;
     // The expiry at 450 ms, then retry_period / 2 = 150 ms, read or no read.
     assert!(
         took >= Duration::from_millis(600) && took < Duration::from_millis(610),
         "took {took:?}"
     );
-    h.shutdown.cancel();
-    bounded(h.task).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_best_successor_contends_at_the_expiry() {
-    let took = won_after_expiry_with_priority(30).await;
+    let took = won_after_expiry_with_priority(30, None).await;
     assert!(
         took >= Duration::from_millis(450) && took < Duration::from_millis(460),
         "took {took:?}"
