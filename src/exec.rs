@@ -288,10 +288,12 @@ impl Keeper {
     }
 }
 
-/// `valid_until` as an absolute `CLOCK_MONOTONIC` instant in nanoseconds.
+/// `valid_until` as an absolute `CLOCK_MONOTONIC` instant in nanoseconds. The clock is read
+/// before the `Instant`: a pause between the two reads makes the deadline earlier, never later.
 fn monotonic_deadline(valid_until: Instant) -> u64 {
+    let base = monotonic_ns();
     let left = valid_until.saturating_duration_since(Instant::now());
-    monotonic_ns().saturating_add(left.as_nanos() as u64)
+    base.saturating_add(left.as_nanos() as u64)
 }
 
 /// This very binary, even if its file has been replaced since it started.

@@ -248,10 +248,12 @@ impl Watch {
     }
 }
 
-/// The instant `margin` before the monotonic `ns`; now if that has passed.
+/// The instant `margin` before the monotonic `ns`; now if that has passed. The `Instant` is
+/// read before the clock: a pause between the two reads makes the deadline earlier, never later.
 fn instant_of(ns: u64, margin: Duration) -> Instant {
+    let base = Instant::now();
     let left = Duration::from_nanos(ns.saturating_sub(monotonic_ns()));
-    Instant::now() + left.saturating_sub(margin)
+    base + left.saturating_sub(margin)
 }
 
 fn read_requests(link: UnixStream, events: mpsc::Sender<Event>) {
