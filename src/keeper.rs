@@ -145,6 +145,8 @@ pub fn main(args: KeeperArgs) -> i32 {
         crate::health::wait_exited(group);
         let _ = tx.send(Event::Exited);
     });
+    // The watch's SIGKILL is what keeps the child inside the term when leaderd cannot.
+    crate::priority::raise_this_thread();
     let watch = Watch {
         group,
         stop_signal,

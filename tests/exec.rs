@@ -148,6 +148,44 @@ fn sigstop_of_leaderd_alone_kills_its_child_before_the_validity() {
     }
 }
 
+/// The keeper's watch wakes for its SIGKILL ahead of ordinary threads (`SCHED_FIFO`) where
+/// this host allows real-time threads at all (`chrt -f 1` works); the child never inherits
+/// that policy.
+#[test]
+fn the_keepers_watch_is_real_time_where_allowed_and_the_child_is_not() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lines");
+    let d = Daemon::spawn(&opts(
+        "rt",
+        "a",
+        &redis.url(),
+        GRACE_300,
+        writer(&out, false),
+    ));
+    let child = child_pid(&d, 1);
+    let keeper = keeper_of(&d);
+    let allowed = std::process::Command::new("chrt")
+        .args(["-f", "1", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    // Field 41 of /proc/<pid>/stat: 0 is SCHED_OTHER, 1 SCHED_FIFO.
+    let expected = if allowed { 1 } else { 0 };
+    let watch = wait_until(SLOW, POLL, || policy_of(keeper).filter(|&p| p == expected));
+    assert_eq!(
+        watch,
+        Some(expected),
+        "the keeper's watch thread (real-time allowed: {allowed})"
+    );
+    assert_eq!(policy_of(child), Some(0), "the child's policy");
+}
+
+fn policy_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    after_name.split(' ').nth(38)?.parse().ok()
+}
+
 #[test]
 fn a_child_deaf_to_sigterm_is_killed_in_time() {
     let redis = RedisServer::start();
