@@ -21,6 +21,7 @@ mod support;
 
 use std::time::Duration;
 
+use chaos_common::clock::Step;
 use chaos_common::report::{check_children, timeline_svg};
 use chaos_common::{
     daemon_opts, handover_in_background, ms, priority_yaml, replica_of, ChaosWorld, Fault, Faults,
@@ -293,9 +294,28 @@ fn child_lines_outside_their_term_are_violations() {
     ];
     std::fs::write(dir.path().join("child-r0.txt"), "100 5\n349 5\n").unwrap();
     std::fs::write(dir.path().join("child-r1.txt"), "360 6\n").unwrap();
-    assert!(check_children(&s, &terms).is_empty());
+    assert_eq!(check_children(&s, &terms, &[], &[]), (vec![], vec![]));
     std::fs::write(dir.path().join("child-r0.txt"), "100 5\n351 5\n").unwrap();
-    let v = check_children(&s, &terms);
+    let (v, _) = check_children(&s, &terms, &[], &[]);
     assert_eq!(v.len(), 1, "{v:?}");
     assert!(v[0].contains("outside its term"), "{v:?}");
+    // r1's child 20 ms past its validity: excused by a 30 ms step forward of the wall clock
+    // after its last renew, not by a step back, nor by a step before the renew.
+    std::fs::write(dir.path().join("child-r0.txt"), "100 5\n").unwrap();
+    std::fs::write(dir.path().join("child-r1.txt"), "360 6\n920 6\n").unwrap();
+    let step = |at_ms, delta_ms| Step { at_ms, delta_ms };
+    let (v, excused) = check_children(&s, &terms, &[], &[step(910, 30)]);
+    assert!(v.is_empty(), "{v:?}");
+    assert_eq!(excused.len(), 1, "{excused:?}");
+    for steps in [[step(910, -30)], [step(910, 10)]] {
+        let (v, excused) = check_children(&s, &terms, &[], &steps);
+        assert_eq!((v.len(), excused.len()), (1, 0), "{steps:?}: {v:?}");
+    }
+    let (v, _) = check_children(&s, &terms, &[], &[step(2500, 30)]);
+    assert_eq!(v.len(), 1, "a step after the line excuses nothing: {v:?}");
+    // A violation tells its term's story: what its replica logged of that fence.
+    let line = r#"{"event":"stepped_down","fence":6,"reason":"deadline"}"#;
+    std::fs::write(dir.path().join("r1.log"), format!("{line}\n")).unwrap();
+    let (v, _) = check_children(&s, &terms, &[], &[]);
+    assert!(v[0].contains(&format!("r1 log: {line}")), "{v:?}");
 }

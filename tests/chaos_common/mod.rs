@@ -9,6 +9,7 @@
 //! checked against the terms), `CHAOS_OUT` (default `target/tmp/chaos-<label>`).
 #![allow(dead_code)]
 
+pub mod clock;
 pub mod report;
 
 use std::path::{Path, PathBuf};
@@ -264,6 +265,7 @@ pub fn start_and_run<W: ChaosWorld>(s: &Settings, mode: &str, start: impl FnOnce
 /// replica with SIGTERM, checks, reports, and fails on any violation.
 pub fn run(s: &Settings, mode: &str, rng: &mut StdRng, world: &mut dyn ChaosWorld) {
     let mut faults = Faults::default();
+    let clock = clock::ClockWatch::start();
     let started = Instant::now();
     let started_ms = now_ms();
     let mut next_fault = started + world.settle();
@@ -300,7 +302,8 @@ pub fn run(s: &Settings, mode: &str, rng: &mut StdRng, world: &mut dyn ChaosWorl
         d.wait_exit(Duration::from_secs(10));
     }
     let ended_ms = now_ms();
-    check_and_report(s, mode, world, &faults.list, started_ms, ended_ms);
+    let steps = clock.finish();
+    check_and_report(s, mode, world, &faults.list, &steps, (started_ms, ended_ms));
 }
 
 fn check_and_report(
@@ -308,8 +311,8 @@ fn check_and_report(
     mode: &str,
     world: &mut dyn ChaosWorld,
     faults: &[Fault],
-    started_ms: u64,
-    ended_ms: u64,
+    steps: &[clock::Step],
+    (started_ms, ended_ms): (u64, u64),
 ) {
     let daemons = &mut world.replicas().daemons;
     let logs: Vec<_> = daemons.iter().map(Daemon::safety_log).collect();
@@ -328,8 +331,11 @@ fn check_and_report(
         .first()
         .map_or(started_ms, |t| t.acquired_at_ms.min(started_ms));
     let never_valid = never_valid_from_logs(&logs).len();
+    let mut excused = Vec::new();
     if s.exec {
-        violations.extend(report::check_children(s, &terms));
+        let (found, notes) = report::check_children(s, &terms, faults, steps);
+        violations.extend(found);
+        excused = notes;
     }
     for (i, d) in daemons.iter_mut().enumerate() {
         let code = d.try_exit_code();
@@ -341,6 +347,8 @@ fn check_and_report(
     }
     let run = report::Run {
         settings: s,
+        steps,
+        excused: &excused,
         mode,
         faults,
         terms: &terms,
