@@ -97,7 +97,7 @@ impl RedisFailure {
         )
     }
 
-    fn from_redis(err: &RedisError) -> Self {
+    pub(crate) fn from_redis(err: &RedisError) -> Self {
         // A pipeline's server error (e.g. WRONGTYPE from HMGET) has no `code()` of its own.
         let code = err.code().map(str::to_owned).or_else(|| {
             let errors = err.clone().into_server_errors()?;

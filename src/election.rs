@@ -683,7 +683,12 @@ async fn lead<L: Lease, W: LeaderWork, E: ElectionEvents>(
         let outcome = lease.renew(&mut term, budget).await;
         reporter.attempted();
         reporter.renew_result(RenewResult::of(&outcome), now.elapsed());
-        if let Err(err @ (LeaseError::Unavailable(_) | LeaseError::WrongType { .. })) = &outcome {
+        if let Err(
+            err @ (LeaseError::Unavailable(_)
+            | LeaseError::WrongType { .. }
+            | LeaseError::Protocol(_)),
+        ) = &outcome
+        {
             reporter.redis_failed(err);
         }
         match outcome {

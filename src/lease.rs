@@ -186,12 +186,60 @@ impl LeaseClient {
     }
 
     fn lift(&self, failure: RedisFailure) -> LeaseError {
-        if failure.code.as_deref() == Some("WRONGTYPE") {
-            LeaseError::WrongType {
-                key: self.keys.lock.clone(),
-            }
-        } else {
-            LeaseError::Unavailable(failure)
+        lifted(failure, &self.keys.lock)
+    }
+}
+
+/// A failed call as a lease error: a wrong key type names `lock` (callers that can tell which
+/// key is foreign ask first), a reply the call cannot have produced (another type, or bytes
+/// that do not parse) is `Protocol`, anything else `Unavailable`.
+fn lifted(failure: RedisFailure, lock: &str) -> LeaseError {
+    let unexpected = failure.source.as_deref().is_some_and(|e| {
+        matches!(
+            e.kind(),
+            redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse
+        )
+    });
+    if failure.code.as_deref() == Some("WRONGTYPE") {
+        LeaseError::WrongType {
+            key: lock.to_owned(),
         }
+    } else if unexpected {
+        LeaseError::Protocol(failure.cause)
+    } else {
+        LeaseError::Unavailable(failure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure_of(err: redis::RedisError) -> RedisFailure {
+        RedisFailure::from_redis(&err)
+    }
+
+    #[test]
+    fn a_reply_of_another_shape_is_protocol_and_a_server_error_is_not() {
+        let not_an_int = redis::from_redis_value::<i64>(redis::Value::BulkString(b"x".to_vec()))
+            .expect_err("a string is not an integer");
+        let lifted_err = lifted(failure_of(not_an_int.into()), "k:lock");
+        assert!(
+            matches!(lifted_err, LeaseError::Protocol(_)),
+            "{lifted_err:?}"
+        );
+        let typed = redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "odd"));
+        let lifted_err = lifted(failure_of(typed), "k:lock");
+        assert!(
+            matches!(lifted_err, LeaseError::Protocol(_)),
+            "{lifted_err:?}"
+        );
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let lifted_err = lifted(failure_of(refused), "k:lock");
+        assert!(
+            matches!(lifted_err, LeaseError::Unavailable(_)),
+            "{lifted_err:?}"
+        );
     }
 }

@@ -68,3 +68,56 @@ pub(super) fn parse_acquire(reply: redis::Value) -> Result<AcquireReply, LeaseEr
         _ => Err(bad(&reply)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    #[test]
+    fn acquire_replies_of_any_other_shape_are_protocol_errors() {
+        let s = |t: &str| Value::BulkString(t.as_bytes().to_vec());
+        let odd = [
+            Value::Nil,
+            Value::Int(1),
+            s("OK"),
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), s("fence")]),
+            Value::Array(vec![Value::Int(0), s("h"), Value::Int(1)]),
+            Value::Array(vec![
+                Value::Int(0),
+                s("h"),
+                s("x"),
+                Value::Int(5),
+                s(""),
+                s(""),
+            ]),
+            Value::Array(vec![Value::Int(2), Value::Int(7)]),
+            Value::Array(vec![s("1"), Value::Int(7)]),
+        ];
+        for reply in odd {
+            let got = parse_acquire(reply.clone());
+            assert!(
+                matches!(got, Err(LeaseError::Protocol(_))),
+                "{reply:?} gave {:?}",
+                got.as_ref().err()
+            );
+        }
+        // Odd values in the right shape are read, never a panic.
+        let denied = Value::Array(vec![
+            Value::Int(0),
+            s("h"),
+            Value::Int(-3),
+            Value::Int(-1),
+            s(""),
+            s(""),
+        ]);
+        assert!(matches!(parse_acquire(denied), Ok(AcquireReply::Denied(_))));
+        let granted = Value::Array(vec![Value::Int(1), Value::Int(i64::MIN)]);
+        assert!(matches!(
+            parse_acquire(granted),
+            Ok(AcquireReply::Granted(..))
+        ));
+    }
+}
