@@ -26,8 +26,12 @@ impl Lease for LeaseClient {
         let outcome = self
             .try_acquire_with_token(token.clone(), budget, announce)
             .await;
-        if matches!(outcome, Err(LeaseError::Unavailable(_))) {
-            self.stray(&token); // sent, perhaps, and run later
+        // Sent, and perhaps run: no reply, or one that could not be read.
+        if matches!(
+            outcome,
+            Err(LeaseError::Unavailable(_) | LeaseError::Protocol(_))
+        ) {
+            self.stray(&token);
         }
         outcome
     }
