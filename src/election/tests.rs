@@ -18,6 +18,8 @@ fn drift(lease: Duration) -> Duration {
 struct TestEvents {
     state: watch::Sender<Snapshot>,
     log: Arc<Mutex<Vec<&'static str>>>,
+    /// Every error reported through `redis_failed`, with the phase it came in.
+    failures: Arc<Mutex<Vec<(LeaseError, Phase)>>>,
     /// How long `work_stopped` takes before it notes itself.
     slow_stop: Duration,
 }
@@ -29,6 +31,10 @@ impl TestEvents {
 }
 
 impl ElectionEvents for TestEvents {
+    fn redis_failed(&self, err: &LeaseError) {
+        let phase = self.state.borrow().phase;
+        self.failures.lock().unwrap().push((err.clone(), phase));
+    }
     fn observed(&self, seen: &Observed) {
         let leader = seen.holder().map(|h| h.holder.clone());
         self.state.send_modify(|s| {
@@ -90,6 +96,8 @@ struct FakeLease {
     /// When set: the release watch carries these announcements, confirmed by `confirmed`.
     messages: Mutex<Option<watch::Receiver<Option<Announcement>>>>,
     confirmed: Mutex<Option<watch::Receiver<bool>>>,
+    /// When set: every call fails with this error (after `down`).
+    broken: Mutex<Option<LeaseError>>,
 }
 
 impl FakeLease {
@@ -129,7 +137,10 @@ impl FakeLease {
                 source: None,
             }));
         }
-        Ok(())
+        match self.broken.lock().unwrap().clone() {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
     }
 }
 
@@ -240,6 +251,7 @@ impl Lease for FakeLease {
 struct Harness {
     lease: Arc<FakeLease>,
     log: Arc<Mutex<Vec<&'static str>>>,
+    failures: Arc<Mutex<Vec<(LeaseError, Phase)>>>,
     state: watch::Receiver<Snapshot>,
     shutdown: CancellationToken,
     yields: mpsc::Sender<()>,
@@ -272,9 +284,11 @@ fn start(lease: Arc<FakeLease>, on_lost: AfterLoss) -> Harness {
 fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) -> Harness {
     let (tx, state) = watch::channel(Snapshot::starting(true));
     let log = Arc::new(Mutex::new(Vec::new()));
+    let failures = Arc::new(Mutex::new(Vec::new()));
     let reporter = TestEvents {
         state: tx,
         log: log.clone(),
+        failures: failures.clone(),
         slow_stop,
     };
     let shutdown = CancellationToken::new();
@@ -297,6 +311,7 @@ fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) ->
     Harness {
         lease,
         log,
+        failures,
         state,
         shutdown,
         yields: ytx,
@@ -423,6 +438,30 @@ async fn steps_down_at_the_renew_deadline_before_validity_ends() {
     assert!(!ended.is_leader_at(stepped_at));
     assert_eq!(bounded(h.task).await, 1, "on_lost: exit ends with 1");
     assert_eq!(h.state.borrow().phase, Phase::Stopped);
+}
+
+/// A renew answered with something the scripts cannot produce is reported (logged and
+/// counted by the daemon), and the leader steps down at its deadline as for any failure.
+#[tokio::test(start_paused = true)]
+async fn a_renew_with_an_unreadable_reply_is_reported_and_the_leader_steps_down() {
+    let mut h = start(Arc::new(FakeLease::default()), AfterLoss::Exit);
+    let term = wait_phase(&mut h.state, Phase::Leader).await.term.unwrap();
+    *h.lease.broken.lock().unwrap() = Some(LeaseError::Protocol("odd reply".into()));
+    tokio::time::timeout(LEASE * 2, h.state.wait_for(|s| s.phase != Phase::Leader))
+        .await
+        .expect("stepped down within two leases")
+        .unwrap();
+    assert!(
+        Instant::now() < term.valid_until,
+        "stepped down before the validity ended"
+    );
+    let failures = h.failures.lock().unwrap().clone();
+    let odd = (LeaseError::Protocol("odd reply".into()), Phase::Leader);
+    assert!(
+        failures.contains(&odd),
+        "reported while leading: {failures:?}"
+    );
+    assert_eq!(bounded(h.task).await, 1);
 }
 
 #[tokio::test(start_paused = true)]
