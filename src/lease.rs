@@ -220,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_of_another_shape_is_protocol_and_a_server_error_is_not() {
+    fn a_reply_of_another_type_is_protocol_and_a_refused_connection_is_not() {
         let not_an_int = redis::from_redis_value::<i64>(redis::Value::BulkString(b"x".to_vec()))
             .expect_err("a string is not an integer");
         let lifted_err = lifted(failure_of(not_an_int.into()), "k:lock");

@@ -417,12 +417,7 @@ fn a_bulk_transfer_passes_unchanged_both_ways_and_is_counted() {
     const LEN: usize = 16 << 20;
     let redis = RedisServer::start();
     let r = replica("proxy-bulk", "a", &redis, "");
-    wait_until(Duration::from_secs(10), STEP, || {
-        r.daemon
-            .status_doc()
-            .filter(|d| d["is_leader"] == Value::Bool(true))
-    })
-    .expect("leads");
+    wait_leader(std::slice::from_ref(&r), &[0]);
     let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4096) as u8).collect();
     let mut c = TcpStream::connect(("127.0.0.1", r.proxy_port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

@@ -165,6 +165,7 @@ pub fn check_children(
     let mut told = std::collections::HashSet::new();
     let mut lines_seen = 0usize;
     for i in 0..REPLICAS {
+        let me = format!("r{i}");
         let text =
             std::fs::read_to_string(s.out.join(format!("child-r{i}.txt"))).unwrap_or_default();
         for line in text.lines() {
@@ -180,14 +181,14 @@ pub fn check_children(
                 None => out.push(format!(
                     "r{i}: a child wrote fence {fence} at {ts}, a fence no term was granted"
                 )),
-                Some((who, _, to)) if *who == format!("r{i}") && ts > *to && {
+                Some((who, _, to)) if *who == me && ts > *to && {
                     let moved = moved_between(steps, to.saturating_sub(VALIDITY_SPAN_MS), ts);
                     moved > 0 && ts <= to + moved as u64
                 } => excused.push(format!(
                     "r{i}: a child of fence {fence} wrote at {ts}, {} ms past its term's end {to}, within the wall clock's step forward since",
                     ts - to
                 )),
-                Some((who, from, to)) if ts < *from || ts > *to || *who != format!("r{i}") => {
+                Some((who, from, to)) if ts < *from || ts > *to || *who != me => {
                     let mut v = format!(
                         "r{i}: a child of fence {fence} was alive at {ts}, outside its term [{from}, {to}] ({who})"
                     );
@@ -206,7 +207,7 @@ pub fn check_children(
     (out, excused)
 }
 
-/// What r`i` logged about `fence` (its `renewed` lines but the last two left out) and the
+/// What r`i` logged about `fence` (of its `renewed` lines only the last two) and the
 /// faults on r`i` or on Redis that overlapped `span`: enough to tell from CI's output alone
 /// why a child outlived its term.
 fn term_story(s: &Settings, i: usize, fence: u64, faults: &[Fault], span: (u64, u64)) -> String {
