@@ -158,7 +158,7 @@ fn load(overrides: &Overrides) -> Result<Config, i32> {
 fn report(problems: &[String]) -> i32 {
     for problem in problems {
         // One line each, whatever a value quoted in it holds.
-        eprintln!("leaderd: {}", crate::logging::escape_text(problem));
+        eprintln!("leaderd: {}", crate::escape::escape_text(problem));
     }
     EXIT_USAGE
 }
@@ -243,10 +243,7 @@ fn run(overrides: Overrides) -> i32 {
         Ok(config) => config,
         Err(code) => return code,
     };
-    if let Err(problem) = daemon::backend(&config) {
-        eprintln!("leaderd: {problem}");
-        return EXIT_USAGE;
-    }
+    // `load` has made the Redis client once already (config/rules.rs): its settings are good.
     crate::logging::init(config.logging.format, &config.logging.level);
     crate::http::fds::raise_nofile_limit();
     for warning in secret_file_warnings(&config) {
@@ -512,7 +509,7 @@ fn bounded(value: &str) -> &str {
 
 /// A holder as printed in text: bounded, control characters escaped.
 fn shown_identity(value: &str) -> String {
-    crate::logging::escape_text(bounded(value))
+    crate::escape::escape_text(bounded(value))
 }
 
 /// The longest identity shown (the contract's bound on identities).

@@ -4,6 +4,7 @@
 //! Precedence is flag > environment > file > default. In the file, `${VAR}` in any string
 //! value is replaced from the environment and `$${` stands for a literal `${`.
 
+mod addrs;
 mod aliases;
 mod document;
 mod duration;
@@ -13,7 +14,9 @@ mod outputs;
 mod redact;
 mod refused;
 mod rules;
+mod scrub;
 mod sections;
+mod spec;
 mod tree;
 mod values;
 pub(crate) use duration::{format_duration, parse_duration};

@@ -63,8 +63,8 @@ impl Connector {
     /// reconnects to its nodes by itself, so a timeout (one node slow or hung) is no reason
     /// to make a new one, which would first reach every seed and every node again (and with
     /// one of them hung, time out again, and again).
-    pub fn heals_itself(&self, kind: crate::conn::FailureKind) -> bool {
-        matches!(self, Connector::Cluster(_)) && kind == crate::conn::FailureKind::Timeout
+    pub fn heals_itself(&self, kind: crate::failure::FailureKind) -> bool {
+        matches!(self, Connector::Cluster(_)) && kind == crate::failure::FailureKind::Timeout
     }
 
     /// How long one connect may take in all, given the connect timeout of one server: a

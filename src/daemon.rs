@@ -12,10 +12,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
-use crate::config::{Config, OnChange, OnExit, OnLost, RedisMode};
-use crate::connector::{ConnectError, RedisSpec, TlsFiles, Topology};
+use crate::config::{Config, OnChange, OnExit, OnLost};
+use crate::connector::ConnectError;
 use crate::election::{self, AfterLoss, AfterWorkExit, Inputs, NoWork, Policy, Timing};
-use crate::lease::{Lease, LeaseSpec};
+use crate::lease::Lease;
 use crate::metrics::Metrics;
 use crate::state::{Progress, Snapshot};
 
@@ -66,55 +66,12 @@ pub(crate) async fn bind_http(config: &Config) -> Result<Option<TcpListener>, Da
         })
 }
 
-/// The connection spec of the configuration's `redis` section.
-pub(crate) fn redis_spec(config: &Config) -> RedisSpec {
-    let r = &config.redis;
-    let topology = match &r.mode {
-        RedisMode::Single { url } => Topology::Single { url: url.clone() },
-        RedisMode::Sentinel {
-            sentinels,
-            master_name,
-        } => Topology::Sentinel {
-            sentinels: sentinels.clone(),
-            master_name: master_name.clone(),
-        },
-        RedisMode::Cluster { urls } => Topology::Cluster { urls: urls.clone() },
-        RedisMode::Redlock { urls } => Topology::Redlock { urls: urls.clone() },
-    };
-    let tls = r.tls.as_ref().map_or_else(TlsFiles::default, |t| TlsFiles {
-        ca_file: t.ca_file.clone(),
-        cert_file: t.cert_file.clone(),
-        key_file: t.key_file.clone(),
-    });
-    RedisSpec {
-        topology,
-        username: r.username.clone(),
-        password: r.password.clone(),
-        tls,
-        min_replicas_ack: r.min_replicas_ack,
-    }
-}
-
-/// The lease spec of the configuration.
-pub(crate) fn lease_spec(config: &Config) -> LeaseSpec {
-    LeaseSpec {
-        name: config.name.clone(),
-        key_prefix: config.redis.key_prefix.clone(),
-        holder: config.identity.clone(),
-        lease_duration: config.election.lease_duration,
-        command_timeout: config.redis.command_timeout,
-        connect_timeout: config.redis.connect_timeout,
-        address: config.publish.advertise.clone(),
-        release_check: config.election.retry_period,
-    }
-}
-
 /// The lease of the configuration, in whichever mode it names (for `run` and `status`).
 ///
 /// # Errors
 /// [`DaemonError::Redis`] naming the setting that cannot make a client.
 pub(crate) fn backend(config: &Config) -> Result<Backend, DaemonError> {
-    Ok(Backend::connect(&redis_spec(config), lease_spec(config))?)
+    Ok(config.backend()?)
 }
 
 fn policy(config: &Config) -> Policy {

@@ -15,16 +15,17 @@
 //! - [`RedisSpec`]: where the lease's Redis is (a [`Topology`] with its addresses,
 //!   credentials as a [`Secret`], [`TlsFiles`]); a mistake in it is a [`ConnectError`].
 //!
-//! Internal modules: `conn` (one Redis endpoint with timeouts and error kinds), `connector`
-//! (where its connections come from), `release_watch` (the release channel listener),
-//! `lease::acl` (naming the ACL permission a Redis user lacks), `eviction`
-//! (what a server's `maxmemory-policy` can evict, [`EvictionPolicy`]), `backend` ([`Backend`]).
+//! Internal modules: `conn` (one Redis endpoint with timeouts), `failure` (its error kinds),
+//! `connector` (where its connections come from), `release_watch` (the release channel
+//! listener), `lease::acl` (naming the ACL permission a Redis user lacks), `eviction` (what a
+//! server's `maxmemory-policy` can evict, [`EvictionPolicy`]), `backend` ([`Backend`]).
 //!
 //! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
 //! state channel), `exec` and `keeper` (the command run only while leading), `health`,
 //! `metrics`, `http`, `publish` (the leader file), `priority` (a lower CPU priority for
-//! threads whose work can wait), `shutdown`, `logging`, `cli`, `hooks` (commands run when
-//! leadership changes), `proxy` (the leader-aware TCP proxy).
+//! threads whose work can wait), `shutdown`, `logging`, `escape` (text kept on one line),
+//! `cli`, `hooks` (commands run when leadership changes), `proxy` (the leader-aware TCP
+//! proxy).
 //!
 //! # A lock
 //!
@@ -94,6 +95,7 @@ mod conn;
 mod connector;
 pub mod election;
 mod eviction;
+mod failure;
 mod lease;
 mod lock;
 mod redlock;
@@ -106,6 +108,8 @@ mod cli;
 mod config;
 #[cfg(feature = "daemon")]
 mod daemon;
+#[cfg(feature = "daemon")]
+mod escape;
 #[cfg(feature = "daemon")]
 mod exec;
 #[cfg(feature = "daemon")]

@@ -10,6 +10,8 @@
 #                                     OCI labels (hadolint checks the rest)
 #   check_misc.py k8s-coverage        every YAML file under deploy/kubernetes is part of a
 #                                     kustomization that .ci/check-deploy renders and validates
+#   check_misc.py links FILE.md...    every relative link resolves: the file exists, and a
+#                                     #anchor names a heading of the Markdown file it points to
 from __future__ import annotations
 
 import glob
@@ -176,9 +178,57 @@ def cmd_k8s_coverage(rendered: list[str]) -> list[str]:
     return problems
 
 
+FENCE = re.compile(r"^[ \t]*(```|~~~)")
+HEADING = re.compile(r"^#{1,6}[ \t]+(.*?)[ \t]*#*[ \t]*$")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def md_lines(path: str) -> list[tuple[int, str]]:
+    """(number, line) of the lines of a Markdown file outside code fences."""
+    out, fenced = [], False
+    for n, line in enumerate(open(path, encoding="utf-8").read().split("\n"), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            out.append((n, line))
+    return out
+
+
+def md_anchors(path: str) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings (a repeated one gets -1, -2, ...)."""
+    seen: dict[str, int] = {}
+    for _, line in md_lines(path):
+        m = HEADING.match(line)
+        if m:
+            a = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            seen[a] = seen.get(a, 0) + 1
+            if seen[a] > 1:
+                seen[f"{a}-{seen[a] - 1}"] = 1
+    return set(seen)
+
+
+def cmd_links(files: list[str]) -> list[str]:
+    problems: list[str] = []
+    count = 0
+    for path in files:
+        for n, line in md_lines(path):
+            for target in LINK.findall(line):
+                if re.match(r"^[a-z]+:", target):
+                    continue
+                count += 1
+                file, _, anchor = target.partition("#")
+                dest = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+                if not os.path.exists(dest):
+                    fail(problems, f"{path}:{n}: {target}: no {dest}")
+                elif anchor and dest.endswith(".md") and anchor not in md_anchors(dest):
+                    fail(problems, f"{path}:{n}: {target}: no heading #{anchor} in {dest}")
+    print(f"  {count} relative links in {len(files)} files")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: check_misc.py headers FILE... | versions | dockerfile | k8s-coverage DIR...")
+        print("usage: check_misc.py headers FILE... | versions | dockerfile | k8s-coverage DIR... | links FILE.md...")
         return 2
     cmd = argv[1]
     if cmd == "headers":
@@ -189,6 +239,8 @@ def main(argv: list[str]) -> int:
         problems = cmd_dockerfile()
     elif cmd == "k8s-coverage":
         problems = cmd_k8s_coverage(argv[2:])
+    elif cmd == "links":
+        problems = cmd_links(argv[2:])
     else:
         print(f"unknown command {cmd}")
         return 2

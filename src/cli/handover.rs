@@ -70,7 +70,7 @@ pub(super) fn handover(
                 println!("{}", serde_json::json!({"name": name, "error": line}));
             }
             // One line, whatever the refusal read from Redis holds.
-            let line = crate::logging::escape_text(&line);
+            let line = crate::escape::escape_text(&line);
             eprintln!("leaderd: handover of {name}: {line}");
             code
         }

@@ -100,7 +100,7 @@ pub(super) fn join(path: &str, key: &str) -> String {
 /// The problem line for an unknown `key` found in the mapping at `path` (one line, whatever
 /// characters the key holds).
 pub(super) fn unknown_key_message(path: &str, key: &str) -> String {
-    let full = crate::logging::escape_text(&join(path, key));
+    let full = crate::escape::escape_text(&join(path, key));
     match suggest(path, key) {
         Some(near) => format!("{full}: unknown key (did you mean {near}?)"),
         None => format!(

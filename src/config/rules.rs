@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use super::addrs::RedisAddrs;
 use super::duration::format_duration as fmt;
-use super::sections::RedisAddrs;
 use super::tree::Reader;
 use super::{Config, ElectionConfig, HealthCheckConfig, ModeName, TlsConfig};
 use crate::connector::ConnectError;
@@ -101,7 +101,7 @@ pub(super) fn redis_client(r: &mut Reader<'_>, c: &Config) {
     if !r.section_valid("redis") {
         return;
     }
-    if let Err(why) = crate::daemon::backend(c) {
+    if let Err(why) = c.backend() {
         r.problem("redis", why.to_string());
     }
 }

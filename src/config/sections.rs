@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use super::addrs::RedisAddrs;
 use super::tree::{Node, Reader};
 use super::values::{self as v, choice};
 use super::TlsConfig;
 use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LogFormat, LoggingConfig};
 use super::{ModeName, OnExit, OnLost, Overrides, PublishConfig, ReadyWhen};
-use super::{RedisConfig, RedisMode, Secret};
+use super::{RedisConfig, Secret};
 
-const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 const DEFAULT_LEADER_FILE: &str = "/var/run/leaderd/leader.json";
 const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
 const PASSWORD_VAR: &str = "LEADERD_REDIS_PASSWORD";
@@ -68,33 +68,6 @@ fn identity(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> String {
         r.problem("identity", msg);
         String::new()
     })
-}
-
-/// The mode and the address keys as read, before the mode's rules tie them together.
-pub(super) struct RedisAddrs {
-    pub(super) mode: ModeName,
-    pub(super) url: Option<String>,
-    pub(super) urls: Vec<String>,
-    pub(super) sentinels: Vec<String>,
-    pub(super) master_name: Option<String>,
-}
-
-impl RedisAddrs {
-    /// The mode with its addresses; after [`super::rules::redis_mode`] found no problem,
-    /// nothing is left out.
-    fn into_mode(self) -> RedisMode {
-        match self.mode {
-            ModeName::Single => RedisMode::Single {
-                url: self.url.unwrap_or_else(|| DEFAULT_REDIS_URL.to_string()),
-            },
-            ModeName::Sentinel => RedisMode::Sentinel {
-                sentinels: self.sentinels,
-                master_name: self.master_name.unwrap_or_default(),
-            },
-            ModeName::Redlock => RedisMode::Redlock { urls: self.urls },
-            ModeName::Cluster => RedisMode::Cluster { urls: self.urls },
-        }
-    }
 }
 
 fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {

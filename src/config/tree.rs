@@ -8,7 +8,7 @@ use serde_yaml::{Mapping, Value};
 
 use super::expand::expand;
 use super::keys::{join, known_keys, unknown_key_message};
-use super::redact::scrub;
+use super::scrub::scrub;
 use super::values::REDIS_URL_FORMS;
 
 /// The environment lookup passed to [`super::load`].

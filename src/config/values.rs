@@ -105,7 +105,7 @@ pub(super) const REDIS_URL_FORMS: &str =
 /// or `unix:///path/to/socket`.
 pub(super) fn redis_url(s: &str) -> Result<String, ValueError> {
     let allowed = format!("allowed: {REDIS_URL_FORMS}");
-    let shown = super::redact::scrub(s);
+    let shown = super::scrub::scrub(s);
     let fail = |why: &str| {
         Err(ValueError::not_a(
             &shown,
@@ -151,7 +151,7 @@ fn client_refusal(s: &str) -> Option<String> {
 
 /// An HTTP URL for the health check: `http://host[:port][/path]`.
 pub(super) fn http_url(s: &str) -> Result<String, ValueError> {
-    let shown = super::redact::scrub(s);
+    let shown = super::scrub::scrub(s);
     let fail = |why: &str| {
         Err(ValueError::not_a(
             &shown,

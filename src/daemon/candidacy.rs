@@ -148,7 +148,7 @@ pub(crate) fn listed(roster: &Roster, leader: Option<&str>) -> Vec<Listed> {
 /// One line of `leaderd status` per candidate, whatever its entry in Redis holds (control
 /// characters are escaped).
 pub(crate) fn line(c: &Listed) -> String {
-    let shown = crate::logging::escape_text;
+    let shown = crate::escape::escape_text;
     format!(
         "  {} {} {} priority {} {} {} seen {} ms ago",
         shown(&c.identity),
