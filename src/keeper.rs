@@ -92,8 +92,8 @@ pub fn main(args: KeeperArgs) -> i32 {
     // the service must not end the keeper first. Handlers (unlike an ignored disposition)
     // are reset for the child by exec.
     let ignored = Arc::new(AtomicBool::new(false));
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        let _ = signal_hook::flag::register(sig as i32, ignored.clone());
+    for sig in crate::shutdown::SHUTDOWN {
+        let _ = signal_hook::flag::register(sig, ignored.clone());
     }
     let Some(stop_signal) = Signal::from_str(&args.stop_signal).ok() else {
         eprintln!("leaderd keeper: bad --stop-signal {}", args.stop_signal);
