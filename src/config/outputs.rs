@@ -1,5 +1,6 @@
 //! The sections `hooks` and `proxy`: commands run when leadership changes and the
-//! leader-aware proxy, with their checks (a hook must name a program that can run).
+//! leader-aware proxy, with their checks (a hook must name a program that can run and that
+//! no other user may change).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,6 +49,9 @@ pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
         connect_timeout: r
             .get(r.file(&n, "connect_timeout"), v::positive_duration)
             .unwrap_or(Duration::from_secs(2)),
+        idle_timeout: r
+            .get(r.file(&n, "idle_timeout"), v::duration)
+            .unwrap_or(Duration::from_secs(3600)),
         max_connections: r
             .get(r.file(&n, "max_connections"), v::count(1))
             .unwrap_or(10_000),
@@ -78,8 +82,19 @@ pub(super) fn check_program(
     } else {
         return;
     };
-    if let Err(why) = found {
-        r.problem(key, format!("{label}: {program:?} {why}"));
+    match found {
+        Ok(path) => refuse_writable(r, key, label, &path),
+        Err(why) => r.problem(key, format!("{label}: {program:?} {why}")),
+    }
+}
+
+/// Refuses the program at `path` (found for `label`) when any user may change it.
+pub(super) fn refuse_writable(r: &mut Reader<'_>, key: &str, label: &str, path: &Path) {
+    let refused = super::programs::writers(path)
+        .into_iter()
+        .find(super::programs::Writable::by_anyone);
+    if let Some(why) = refused {
+        r.problem(key, format!("{label}: {why}"));
     }
 }
 

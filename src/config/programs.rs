@@ -1,0 +1,196 @@
+//! Who else may change a program leaderd runs (a hook, the exec command, the health check):
+//! one that any user may write, or that lies in a directory any user may write without the
+//! sticky bit, is refused; a group-writable one is warned about (README "Security").
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::Config;
+
+const OTHERS_WRITE: u32 = 0o002;
+const GROUP_WRITE: u32 = 0o020;
+const STICKY: u32 = 0o1000;
+
+/// Someone besides the owner may replace a program's contents; displayed as the end of a
+/// sentence that starts with the config key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Writable {
+    /// The file is o+w.
+    #[error("{} is writable by any user (mode {mode:04o}): run `chmod o-w` on it", path.display())]
+    File { path: PathBuf, mode: u32 },
+    /// A directory on its path is o+w without the sticky bit: anyone may replace the file.
+    #[error("{} is in {}, which any user may write (mode {mode:04o}, no sticky bit): move the program or run `chmod o-w` on the directory", program.display(), dir.display())]
+    Dir {
+        program: PathBuf,
+        dir: PathBuf,
+        mode: u32,
+    },
+    /// The file, or the directory it is in (without the sticky bit), is g+w.
+    #[error("{} is writable by group {gid} (mode {mode:04o} on {}): every member may change what leaderd runs", program.display(), path.display())]
+    Group {
+        program: PathBuf,
+        path: PathBuf,
+        gid: u32,
+        mode: u32,
+    },
+}
+
+impl Writable {
+    /// Any user may change the program: refused. (Group-writable is a warning.)
+    pub(crate) fn by_anyone(&self) -> bool {
+        !matches!(self, Writable::Group { .. })
+    }
+}
+
+/// Who besides its owner may change `program` (an existing file, as found on `PATH`): the
+/// file itself, every directory above it (as written and after resolving symbolic links) for
+/// any user, and the file and the directory holding it for its group.
+pub(crate) fn writers(program: &Path) -> Vec<Writable> {
+    let given = match std::env::current_dir() {
+        Ok(cwd) if program.is_relative() => cwd.join(program),
+        _ => program.to_path_buf(),
+    };
+    let real = std::fs::canonicalize(&given).unwrap_or_else(|_| given.clone());
+    let mut found = Vec::new();
+    if let Ok(meta) = std::fs::metadata(&real) {
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & OTHERS_WRITE != 0 {
+            found.push(Writable::File {
+                path: program.to_path_buf(),
+                mode,
+            });
+        } else if mode & GROUP_WRITE != 0 {
+            found.push(group(program, &real, &meta));
+        }
+    }
+    let mut seen: Vec<&Path> = Vec::new();
+    for path in [&given, &real] {
+        for (depth, dir) in path.ancestors().skip(1).enumerate() {
+            if seen.contains(&dir) {
+                continue;
+            }
+            seen.push(dir);
+            let Ok(meta) = std::fs::metadata(dir) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & STICKY != 0 {
+                continue;
+            }
+            if mode & OTHERS_WRITE != 0 {
+                found.push(Writable::Dir {
+                    program: program.to_path_buf(),
+                    dir: dir.to_path_buf(),
+                    mode,
+                });
+            } else if depth == 0 && mode & GROUP_WRITE != 0 {
+                found.push(group(program, dir, &meta));
+            }
+        }
+    }
+    found
+}
+
+fn group(program: &Path, path: &Path, meta: &std::fs::Metadata) -> Writable {
+    Writable::Group {
+        program: program.to_path_buf(),
+        path: path.to_path_buf(),
+        gid: meta.gid(),
+        mode: meta.permissions().mode() & 0o7777,
+    }
+}
+
+/// The programs `config` runs, each with the key that names it: the hooks, the exec command
+/// and the health check's command.
+pub(crate) fn programs(config: &Config) -> Vec<(String, &str)> {
+    let h = &config.hooks;
+    let health = config.election.health_check.as_ref();
+    [
+        ("hooks.on_acquired", &h.on_acquired),
+        ("hooks.on_stepped_down", &h.on_stepped_down),
+        ("hooks.on_leader_changed", &h.on_leader_changed),
+        ("exec.command", &config.exec.command),
+    ]
+    .into_iter()
+    .chain(health.map(|c| ("election.health_check.command", &c.command)))
+    .filter_map(|(key, cmd)| Some((format!("{key}[0]"), cmd.first()?.as_str())))
+    .collect()
+}
+
+/// One line per program of `config` that its group may change (the refusals for any user
+/// were made while loading).
+pub(crate) fn group_writable_warnings(config: &Config) -> Vec<String> {
+    let path_var = std::env::var("PATH").unwrap_or_default();
+    programs(config)
+        .into_iter()
+        .filter_map(|(label, program)| {
+            let found = super::outputs::find_program(program, &path_var).ok()?;
+            Some((label, writers(&found)))
+        })
+        .flat_map(|(label, found)| {
+            found
+                .into_iter()
+                .filter(|w| !w.by_anyone())
+                .map(move |w| format!("{label}: {w}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn finds_who_else_may_write_a_program() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("bin");
+        std::fs::create_dir(&dir).unwrap();
+        chmod(&dir, 0o755);
+        let prog = dir.join("hook.sh");
+        std::fs::write(&prog, "#!/bin/sh\n").unwrap();
+        chmod(&prog, 0o755);
+        assert_eq!(writers(&prog), vec![]);
+
+        chmod(&prog, 0o777);
+        let found = writers(&prog);
+        assert!(
+            matches!(&found[..], [Writable::File { mode: 0o777, .. }]),
+            "{found:?}"
+        );
+        assert!(found[0].by_anyone());
+        assert!(found[0]
+            .to_string()
+            .contains("writable by any user (mode 0777)"));
+
+        chmod(&prog, 0o775);
+        let found = writers(&prog);
+        assert!(matches!(&found[..], [Writable::Group { .. }]), "{found:?}");
+        assert!(!found[0].by_anyone());
+
+        chmod(&prog, 0o755);
+        chmod(&dir, 0o777);
+        let found = writers(&prog);
+        assert!(
+            matches!(&found[..], [Writable::Dir { mode: 0o777, .. }]),
+            "{found:?}"
+        );
+        chmod(&dir, 0o1777);
+        assert_eq!(writers(&prog), vec![], "the sticky bit protects the file");
+        chmod(&dir, 0o775);
+        assert!(matches!(&writers(&prog)[..], [Writable::Group { .. }]));
+
+        // A link in a safe directory to a program in an unsafe one is refused too.
+        chmod(&dir, 0o777);
+        let safe = top.path().join("safe");
+        std::fs::create_dir(&safe).unwrap();
+        chmod(&safe, 0o755);
+        let link = safe.join("hook");
+        std::os::unix::fs::symlink(&prog, &link).unwrap();
+        assert!(writers(&link).iter().any(Writable::by_anyone));
+        chmod(&dir, 0o755);
+    }
+}
