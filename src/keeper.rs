@@ -1,6 +1,8 @@
 //! The keeper: `leaderd __keeper`, leaderd re-executed to start and watch the exec-mode child
 //! of one term, so that the child never outlives the term even while leaderd is paused,
-//! starved, hung or dead.
+//! starved, hung or dead; hooks and health checks run under one too, with their timeout as
+//! the validity and SIGKILL as the stop signal (`crate::exec::run_once`), so that their
+//! whole group dies with leaderd.
 //!
 //! The keeper talks to leaderd over its stdin, a Unix socket (see [`crate::exec`]):
 //!
@@ -163,25 +165,16 @@ pub fn main(args: KeeperArgs) -> i32 {
     0
 }
 
-/// In a child before exec: SIGKILL when its parent (the keeper; leaderd for a hook or a
-/// health check) dies, however it dies, so that the child never runs without it; an error
-/// if the parent is already gone. Linux sends it when the parent's *thread* that spawned
-/// the child ends: leaderd spawns from its runtime's workers, which live as long as it does.
+/// In a child before exec: SIGKILL when its parent (the keeper) dies, however it dies, so
+/// that the child never runs without it; an error if the parent is already gone. Linux
+/// sends it when the parent's *thread* that spawned the child ends: the keeper spawns from
+/// its main thread, which lives as long as it does.
 pub(crate) fn die_with_parent(parent: Pid) -> std::io::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     if nix::unistd::getppid() != parent {
         return Err(nix::errno::Errno::ESRCH.into());
     }
     Ok(())
-}
-
-/// Makes `command`'s process die with this one ([`die_with_parent`]): a hook or a health
-/// check never outlives leaderd (a SIGKILL of its whole process group included).
-pub(crate) fn dies_with_us(command: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    let us = nix::unistd::getpid();
-    // SAFETY: the hook makes only async-signal-safe system calls and allocates nothing.
-    unsafe { command.pre_exec(move || die_with_parent(us)) };
 }
 
 /// The child's group and when it must be dead.

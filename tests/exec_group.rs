@@ -87,7 +87,12 @@ fn sigkill_to_leaderds_process_group_kills_the_childs_group_at_once() {
 fn terminating_signals_to_leaderds_process_group_are_a_clean_shutdown() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT] {
+    for sig in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
         let out = dir.path().join(sig.as_str());
         let name = format!("clean-{sig}");
         let (mut d, child) = leading_in_own_group(&redis, &name, &out);

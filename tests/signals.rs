@@ -57,7 +57,10 @@ fn leader_gets_a_burst_of(sig: Signal) {
     assert_eq!(released.len(), 1, "{sig}: {log}");
     assert_eq!(exited.len(), 1, "{sig}: {log}");
     assert_eq!(events[down[0]]["reason"], "shutdown", "{sig}: {log}");
-    assert!(down[0] < released[0] && released[0] < exited[0], "{sig}: {log}");
+    assert!(
+        down[0] < released[0] && released[0] < exited[0],
+        "{sig}: {log}"
+    );
     assert_eq!(all("shutdown_requested").len(), 1, "{sig}: {log}");
 
     c.check_safety();
