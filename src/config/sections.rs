@@ -292,7 +292,7 @@ fn health_check(
         .first()
         .filter(|p| on_this_host && !p.is_empty());
     let path_var = r.env("PATH").unwrap_or_default();
-    if let Some(path) = program.and_then(|p| super::outputs::find_program(p, &path_var).ok()) {
+    if let Some(path) = program.and_then(|p| super::programs::find_program(p, &path_var).ok()) {
         let key = "election.health_check.command";
         super::outputs::refuse_writable(r, key, &format!("{key}[0]"), &path);
     }
