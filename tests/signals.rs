@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use daemon_common::*;
-use support::safety::event_name;
+use support::safety::{event_name, field};
 
 /// SIGTERM's bound: `grace_period` (3 s by default) + 1 s.
 const EXIT_WAIT: Duration = Duration::from_secs(4);
@@ -74,4 +74,95 @@ fn a_burst_of_sighup_is_one_clean_shutdown() {
 #[test]
 fn a_burst_of_sigquit_is_one_clean_shutdown() {
     leader_gets_a_burst_of(Signal::SIGQUIT);
+}
+
+/// A terminal that closes: leaderd runs in a pseudo-terminal (`script`, leaderd the session
+/// leader, as a login shell's `exec leaderd run` makes it), and the terminal goes away (its
+/// master side closed by a SIGKILL of `script`): the kernel hangs the terminal up and sends
+/// SIGHUP. The leader releases, a follower takes over in milliseconds, the file ends `stopped`.
+#[test]
+fn a_closing_terminal_is_a_clean_shutdown() {
+    use std::process::{Command, Stdio};
+    use support::daemon::{parse_json_lines, render_config};
+    use support::{free_port, leaderd_bin, wait_until, Daemon, DaemonOpts, RedisServer};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, leader_file, log) = (
+        dir.path().join("config.yaml"),
+        dir.path().join("leader.json"),
+        dir.path().join("log"),
+    );
+    let opts = DaemonOpts::new("terminal", "tty-a", &redis.url());
+    std::fs::write(&config, render_config(&opts, free_port(), &leader_file)).unwrap();
+    let inner = format!(
+        "exec {} run --config {} 2>{}",
+        leaderd_bin().display(),
+        config.display(),
+        log.display()
+    );
+    let mut terminal = Command::new("script")
+        .args(["-qfc", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script(1)");
+    let file = || -> Option<serde_json::Value> {
+        serde_json::from_str(&std::fs::read_to_string(&leader_file).ok()?).ok()
+    };
+    wait_until(SLOW, POLL, || (file()?["is_leader"] == true).then_some(()))
+        .expect("leaderd leads in its terminal");
+    let children = format!("/proc/{0}/task/{0}/children", terminal.id());
+    let pid: i32 = std::fs::read_to_string(children)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let follower = Daemon::spawn(&DaemonOpts::new("terminal", "tty-b", &redis.url()));
+    wait_until(SLOW, POLL, || {
+        (follower.status_doc()?["leader"] == "tty-a").then_some(())
+    })
+    .expect("the follower sees the leader");
+
+    let closed = now_ms();
+    terminal.kill().unwrap(); // the terminal goes away
+    let _ = terminal.wait();
+    let gone = wait_until(EXIT_WAIT, POLL, || {
+        (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
+    if gone.is_none() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(gone.is_some(), "leaderd outlived its terminal: {text}");
+    let doc = file().expect("leader file");
+    assert_eq!(doc["state"], "stopped", "{doc}");
+    let events = parse_json_lines(&text);
+    let position = |name: &str| {
+        events
+            .iter()
+            .position(|e| event_name(e) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let down = position("stepped_down");
+    assert_eq!(
+        field(&events[down], "reason").unwrap(),
+        "shutdown",
+        "{text}"
+    );
+    assert!(down < position("released") && position("released") < position("exited"));
+    let exited = &events[position("exited")];
+    assert_eq!(field(exited, "code").unwrap(), 0, "{text}");
+
+    let doc = wait_until(SLOW, POLL, || {
+        follower.status_doc().filter(|d| d["is_leader"] == true)
+    })
+    .expect("the follower takes over");
+    let handover = doc["acquired_at_ms"]
+        .as_u64()
+        .unwrap()
+        .saturating_sub(closed);
+    println!("terminal closed -> new leader's acquired_at: {handover}ms");
+    assert!(handover < 1000, "the takeover took {handover}ms");
 }
