@@ -6,7 +6,6 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -235,17 +234,6 @@ async fn run_command(command: &[String], timeout: Duration) -> Result<(), CheckE
         Ended::Exited(code) => Err(CheckError::Exit { program, code }),
         Ended::Killed => Err(CheckError::TimedOut(timeout)),
         Ended::NotStarted(cause, _) => Err(CheckError::Spawn { program, cause }),
-    }
-}
-
-/// Blocks until `pid` has exited, leaving it unreaped (`waitid` with `WNOWAIT`).
-pub(crate) fn wait_exited(pid: Pid) {
-    use nix::sys::wait::{waitid, Id, WaitPidFlag};
-    loop {
-        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            _ => return,
-        }
     }
 }
 

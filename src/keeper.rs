@@ -144,7 +144,7 @@ pub fn main(args: KeeperArgs) -> i32 {
     let group = Pid::from_raw(child.id() as i32);
     send(&mut out, &Report::Started(group.as_raw()));
     std::thread::spawn(move || {
-        crate::health::wait_exited(group);
+        wait_exited(group);
         let _ = tx.send(Event::Exited);
     });
     // The watch's SIGKILL is what keeps the child inside the term when leaderd cannot.
@@ -175,6 +175,17 @@ pub(crate) fn die_with_parent(parent: Pid) -> std::io::Result<()> {
         return Err(nix::errno::Errno::ESRCH.into());
     }
     Ok(())
+}
+
+/// Blocks until `pid` has exited, leaving it unreaped (`waitid` with `WNOWAIT`).
+fn wait_exited(pid: Pid) {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    loop {
+        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
+        }
+    }
 }
 
 /// The child's group and when it must be dead.
