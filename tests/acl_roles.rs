@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::daemon::run_cli;
-use support::{minimal_acl, new_token, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{minimal_acl, new_token, wait_until, Daemon, DaemonOpts, RedisServer, Reply};
 
 const OPERATOR: &str = "leaderd-operator";
 
@@ -119,7 +119,12 @@ fn an_operator_runs_status_and_handover_and_cannot_write_the_election() {
     let fence = format!("leaderd:{{{name}}}:fence");
     let candidates = format!("leaderd:{{{name}}}:candidates");
     let released = format!("leaderd:{{{name}}}:released");
+    // A script the operator may load and run (EVALSHA): its own commands are checked too.
     let write = "return redis.call('HSET', KEYS[1], 'holder', 'evil')";
+    let sha = match c.call(&["SCRIPT", "LOAD", write]).unwrap() {
+        Reply::Bulk(sha) => String::from_utf8(sha).unwrap(),
+        other => panic!("SCRIPT LOAD: {}", other.render()),
+    };
     let attempts: Vec<Vec<&str>> = vec![
         vec!["HSET", &lock, "holder", "evil"],
         vec!["DEL", &lock],
@@ -128,8 +133,8 @@ fn an_operator_runs_status_and_handover_and_cannot_write_the_election() {
         vec!["HSET", &candidates, "evil", "{}"],
         vec!["HDEL", &candidates, "role-a"],
         vec!["PUBLISH", &released, "{}"],
-        vec!["EVAL", write, "1", &lock],
-        vec!["EVAL", write, "1", &candidates],
+        vec!["EVALSHA", &sha, "1", &lock],
+        vec!["EVALSHA", &sha, "1", &candidates],
     ];
     for attempt in attempts {
         let reply = c.call(&attempt).unwrap().render();
