@@ -142,6 +142,10 @@ fn an_operator_runs_status_and_handover_and_cannot_write_the_election() {
             reply.starts_with("error:"),
             "{attempt:?} was allowed: {reply}"
         );
+        if attempt[0] == "EVALSHA" {
+            // Refused inside the script (EVALSHA itself is allowed), not for a missing script.
+            assert!(reply.contains("user_script"), "{attempt:?}: {reply}");
+        }
     }
     let holder = server.cmd(&["HGET", &lock, "holder"]);
     assert_eq!(holder, second, "the lease changed");
