@@ -11,6 +11,7 @@ mod duration;
 mod expand;
 mod keys;
 mod outputs;
+mod programs;
 mod redact;
 mod refused;
 mod rules;
@@ -20,6 +21,7 @@ mod spec;
 mod tree;
 mod values;
 pub(crate) use duration::{format_duration, parse_duration};
+pub(crate) use programs::group_writable_warnings;
 
 #[cfg(test)]
 mod tests;
@@ -280,6 +282,9 @@ pub struct ProxyConfig {
     pub on_change: OnChange,
     /// How long a new connection waits for a leader (default 2s).
     pub connect_timeout: Duration,
+    /// A connection with no bytes either way for this long is closed (default 1h; zero:
+    /// never).
+    pub idle_timeout: Duration,
     /// Connections past this many are closed at once and counted as refused (default 10000).
     pub max_connections: u32,
 }

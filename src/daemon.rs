@@ -43,7 +43,7 @@ pub enum DaemonError {
 
 /// What the configuration allows but probably did not mean; one line each, naming the key.
 pub(crate) fn warnings(config: &Config) -> Vec<String> {
-    let mut warnings = Vec::new();
+    let mut warnings = crate::config::group_writable_warnings(config);
     if config.proxy.listen.is_some() && config.publish.advertise.is_none() {
         warnings.push("publish.advertise: not set while proxy.listen is; when this replica leads, the other replicas' proxies cannot reach its service (set it to the HOST:PORT where they reach proxy.upstream)".to_string());
     }

@@ -9,19 +9,21 @@
 //! no signal to leaderd's group takes it along. Should the keeper itself vanish, its child
 //! dies with it and leaderd kills the rest of the child's group.
 
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+mod kept;
 mod secrets;
+pub(crate) use kept::{run_once, Ended};
+use kept::{spawn_keeper, KeeperLink, KeeperSpec};
 pub(crate) use secrets::{remember_secret_vars, without_secrets};
 
 use crate::config::Config;
@@ -83,44 +85,21 @@ impl ExecWork {
     }
 
     fn spawn(&self, term: &TermView) -> Result<Keeper, ExecError> {
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
-        let mut cmd = tokio::process::Command::new(own_binary());
-        // A group of its own: a signal to leaderd's group (`kill -9 -PGID`, Ctrl-\) must
-        // leave the keeper alive to kill the child when leaderd goes away.
-        cmd.process_group(0)
-            .arg0("leaderd-keeper")
-            .arg("__keeper")
-            .arg("--stop-signal")
-            .arg(self.stop_signal.as_str())
-            .arg("--grace-ms")
-            .arg(self.grace.as_millis().to_string())
-            .arg("--margin-ms")
-            .arg(self.margin.as_millis().to_string())
-            .arg("--valid-until-ns")
-            .arg(monotonic_deadline(term.valid_until).to_string())
-            .arg("--")
-            .args(&self.command)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("LEADERD_FENCE", term.fence.to_string())
-            .stdin(Stdio::from(OwnedFd::from(theirs)))
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit());
-        without_secrets(cmd.as_std_mut());
-        let process = cmd.spawn()?;
-        drop(cmd); // our copy of the keeper's end: its closing must reach us as end of file
-        ours.set_nonblocking(true)?;
-        let (read, link) = tokio::net::UnixStream::from_std(ours)?.into_split();
-        let (tx, reports) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(read).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(report) = Report::parse(&line) {
-                    if tx.send(report).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
+        let mut env = self.env.clone();
+        env.push(("LEADERD_FENCE", term.fence.to_string()));
+        let KeeperLink {
+            process,
+            link,
+            reports,
+        } = spawn_keeper(KeeperSpec {
+            command: &self.command,
+            env: &env,
+            stop_signal: self.stop_signal,
+            grace: self.grace,
+            margin: self.margin,
+            valid_until: term.valid_until,
+            stdout: Stdio::inherit(),
+        })?;
         Ok(Keeper {
             process,
             link,

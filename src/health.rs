@@ -3,11 +3,9 @@
 //! `failures` failing ones in a row (and until its first check passes). The verdict goes to
 //! the elector on a watch channel and into the status document.
 
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -16,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::HealthCheckConfig;
 use crate::daemon::Reporter;
+use crate::exec::Ended;
 
 /// Why one check failed.
 #[derive(Debug, thiserror::Error)]
@@ -45,15 +44,15 @@ pub enum CheckError {
         /// The program.
         program: String,
         /// Why.
-        cause: std::io::Error,
+        cause: String,
     },
     /// The command exited unsuccessfully.
-    #[error("command {program:?}: {status}")]
+    #[error("command {program:?}: exit code {code}")]
     Exit {
         /// The program.
         program: String,
-        /// How it ended.
-        status: ExitStatus,
+        /// Its exit code (128 + the signal's number for a signal).
+        code: i32,
     },
     /// The check did not finish within `timeout`.
     #[error("no answer within {0:?}")]
@@ -223,58 +222,18 @@ fn status_code(head: &[u8]) -> u16 {
     }
 }
 
-/// Runs the command in its own process group; passes when it exits 0 within `timeout`, and
-/// kills the whole group when it does not. The group is signalled before the command is
-/// reaped (its pid, and so its group id, cannot be reused before), never after.
+/// Runs the command under a keeper ([`crate::exec::run_once`]), in its own process group;
+/// passes when it exits 0 within `timeout`. Its whole group is SIGKILLed when it exits, at
+/// the timeout, and when leaderd goes away.
 async fn run_command(command: &[String], timeout: Duration) -> Result<(), CheckError> {
     let program = command.first().cloned().unwrap_or_default();
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(command.iter().skip(1))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
-    crate::exec::without_secrets(cmd.as_std_mut());
-    crate::keeper::dies_with_us(cmd.as_std_mut());
-    let mut child = cmd.spawn().map_err(|cause| CheckError::Spawn {
-        program: program.clone(),
-        cause,
-    })?;
-    let Some(pid) = child.id().map(|pid| Pid::from_raw(pid as i32)) else {
-        let status = child.wait().await;
-        return verdict(program, status);
-    };
-    let exited = tokio::task::spawn_blocking(move || wait_exited(pid));
-    let mut exited = std::pin::pin!(exited);
-    let in_time = tokio::time::timeout(timeout, exited.as_mut()).await.is_ok();
-    // Whatever the command left behind in its group goes with it; the command itself is
-    // still unreaped here, so the group is still its own.
-    let _ = killpg(pid, Signal::SIGKILL);
-    if !in_time {
-        let _ = exited.await;
-        let _ = child.wait().await;
-        return Err(CheckError::TimedOut(timeout));
-    }
-    let status = child.wait().await;
-    verdict(program, status)
-}
-
-/// Blocks until `pid` has exited, leaving it unreaped (`waitid` with `WNOWAIT`).
-pub(crate) fn wait_exited(pid: Pid) {
-    use nix::sys::wait::{waitid, Id, WaitPidFlag};
-    loop {
-        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            _ => return,
-        }
-    }
-}
-
-fn verdict(program: String, status: std::io::Result<ExitStatus>) -> Result<(), CheckError> {
-    match status {
-        Ok(status) if status.success() => Ok(()),
-        Ok(status) => Err(CheckError::Exit { program, status }),
-        Err(cause) => Err(CheckError::Spawn { program, cause }),
+    let deadline = tokio::time::Instant::now() + timeout;
+    let never = std::future::pending();
+    match crate::exec::run_once(command, &[], Stdio::null(), deadline, never).await {
+        Ended::Exited(0) => Ok(()),
+        Ended::Exited(code) => Err(CheckError::Exit { program, code }),
+        Ended::Killed => Err(CheckError::TimedOut(timeout)),
+        Ended::NotStarted(cause, _) => Err(CheckError::Spawn { program, cause }),
     }
 }
 

@@ -309,7 +309,8 @@ impl HookRunner {
         let mut env = self.base_env.clone();
         env.extend(event.env());
         let started = Instant::now();
-        let outcome = process::run(cmd, &env, kill_time(timeout_at, deadline)).await;
+        let kill = kill_time(timeout_at, deadline);
+        let outcome = process::run(cmd, &env, timeout_at, kill).await;
         let elapsed_ms = started.elapsed().as_millis() as u64;
         let result = outcome.result();
         self.sink.metrics.outputs.hook_run(hook, result);
@@ -346,14 +347,15 @@ fn log_outcome(hook: &str, outcome: &process::Outcome, elapsed_ms: u64) {
     );
     let (reason, why) = match outcome {
         Outcome::Exited(0) => return,
+        // As a shell reads `$?`: past 128, the hook was ended by signal `code - 128`.
+        Outcome::Exited(c) if *c > 128 => ("signal", format!("signal {}", c - 128)),
         Outcome::Exited(_) => ("exit", format!("exit code {code}")),
-        Outcome::Signalled(signal) => ("signal", format!("signal {signal}")),
         Outcome::TimedOut => ("timeout", "still running at its timeout (or the shutdown's grace period), killed with its process group".to_string()),
-        Outcome::NotStarted(err) => ("start", format!("cannot start: {err}")),
+        Outcome::NotStarted(err, _) => ("start", format!("cannot start: {err}")),
     };
-    let signal = matches!(outcome, Outcome::Signalled(_)).then_some(code - 128);
+    let signal = (reason == "signal").then_some(code - 128);
     let error = match outcome {
-        Outcome::NotStarted(err) => Some(err.to_string()),
+        Outcome::NotStarted(err, _) => Some(err.as_str()),
         _ => None,
     };
     tracing::warn!(
@@ -363,7 +365,7 @@ fn log_outcome(hook: &str, outcome: &process::Outcome, elapsed_ms: u64) {
         elapsed_ms,
         reason,
         signal,
-        error = error.as_deref(),
+        error,
         "hook {hook} failed: {why}"
     );
 }

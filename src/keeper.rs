@@ -1,6 +1,8 @@
 //! The keeper: `leaderd __keeper`, leaderd re-executed to start and watch the exec-mode child
 //! of one term, so that the child never outlives the term even while leaderd is paused,
-//! starved, hung or dead.
+//! starved, hung or dead; hooks and health checks run under one too, with their timeout as
+//! the validity and SIGKILL as the stop signal (`crate::exec::run_once`), so that their
+//! whole group dies with leaderd.
 //!
 //! The keeper talks to leaderd over its stdin, a Unix socket (see [`crate::exec`]):
 //!
@@ -92,8 +94,8 @@ pub fn main(args: KeeperArgs) -> i32 {
     // the service must not end the keeper first. Handlers (unlike an ignored disposition)
     // are reset for the child by exec.
     let ignored = Arc::new(AtomicBool::new(false));
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        let _ = signal_hook::flag::register(sig as i32, ignored.clone());
+    for sig in crate::shutdown::SHUTDOWN {
+        let _ = signal_hook::flag::register(sig, ignored.clone());
     }
     let Some(stop_signal) = Signal::from_str(&args.stop_signal).ok() else {
         eprintln!("leaderd keeper: bad --stop-signal {}", args.stop_signal);
@@ -142,7 +144,7 @@ pub fn main(args: KeeperArgs) -> i32 {
     let group = Pid::from_raw(child.id() as i32);
     send(&mut out, &Report::Started(group.as_raw()));
     std::thread::spawn(move || {
-        crate::health::wait_exited(group);
+        wait_exited(group);
         let _ = tx.send(Event::Exited);
     });
     // The watch's SIGKILL is what keeps the child inside the term when leaderd cannot.
@@ -163,10 +165,10 @@ pub fn main(args: KeeperArgs) -> i32 {
     0
 }
 
-/// In a child before exec: SIGKILL when its parent (the keeper; leaderd for a hook or a
-/// health check) dies, however it dies, so that the child never runs without it; an error
-/// if the parent is already gone. Linux sends it when the parent's *thread* that spawned
-/// the child ends: leaderd spawns from its runtime's workers, which live as long as it does.
+/// In a child before exec: SIGKILL when its parent (the keeper) dies, however it dies, so
+/// that the child never runs without it; an error if the parent is already gone. Linux
+/// sends it when the parent's *thread* that spawned the child ends: the keeper spawns from
+/// its main thread, which lives as long as it does.
 pub(crate) fn die_with_parent(parent: Pid) -> std::io::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     if nix::unistd::getppid() != parent {
@@ -175,13 +177,15 @@ pub(crate) fn die_with_parent(parent: Pid) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Makes `command`'s process die with this one ([`die_with_parent`]): a hook or a health
-/// check never outlives leaderd (a SIGKILL of its whole process group included).
-pub(crate) fn dies_with_us(command: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    let us = nix::unistd::getpid();
-    // SAFETY: the hook makes only async-signal-safe system calls and allocates nothing.
-    unsafe { command.pre_exec(move || die_with_parent(us)) };
+/// Blocks until `pid` has exited, leaving it unreaped (`waitid` with `WNOWAIT`).
+fn wait_exited(pid: Pid) {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    loop {
+        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
+        }
+    }
 }
 
 /// The child's group and when it must be dead.

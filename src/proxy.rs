@@ -1,7 +1,9 @@
 //! The leader-aware proxy: every replica accepts TCP connections on `proxy.listen` and
 //! forwards each, bytes unchanged both ways (half-closes too), to whichever replica leads:
 //! its own `proxy.upstream` while it leads with a valid lease, else the leader's advertised
-//! address. With `on_change: close` a connection ends when its target stops leading.
+//! address. With `on_change: close` a connection ends when its target stops leading; any
+//! connection ends after `proxy.idle_timeout` without bytes, or soon after a half-close
+//! ([`idle`]), so that its slot of `max_connections` always comes back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use crate::metrics::Metrics;
 
 mod counted;
 mod gate;
+mod idle;
 mod route;
 
 pub(crate) use gate::LocalGate;
@@ -47,6 +50,8 @@ pub(crate) struct ProxyContext {
     pub metrics: Arc<Metrics>,
     pub close_on_change: bool,
     pub connect_timeout: Duration,
+    /// None: connections may stay idle for ever.
+    pub idle_timeout: Option<Duration>,
     pub max_connections: usize,
 }
 
@@ -64,6 +69,7 @@ impl ProxyContext {
             metrics,
             close_on_change: p.on_change == OnChange::Close,
             connect_timeout: p.connect_timeout,
+            idle_timeout: (!p.idle_timeout.is_zero()).then_some(p.idle_timeout),
             max_connections: p.max_connections as usize,
         }
     }
@@ -134,15 +140,14 @@ async fn handle(client: TcpStream, ctx: &ProxyContext) {
     ctx.metrics.outputs.proxy_connection(label);
     let out = &ctx.metrics.outputs;
     out.proxy_active.inc();
-    let mut client = counted::Counted::new(
-        client,
-        out.proxy_bytes_in.clone(),
-        out.proxy_bytes_out.clone(),
-    );
+    let activity = idle::Activity::new();
+    let counters = (out.proxy_bytes_in.clone(), out.proxy_bytes_out.clone());
+    let mut client = counted::Counted::new(client, counters, &activity);
     let mut upstream = upstream;
     tokio::select! {
         _ = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, COPY_BUFFER, COPY_BUFFER) => {}
         _ = deposed(&mut routes, &target, ctx), if ctx.close_on_change => {}
+        _ = activity.expired(ctx.idle_timeout) => {}
     }
     out.proxy_active.dec();
     tracing::debug!(

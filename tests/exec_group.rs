@@ -1,5 +1,5 @@
 //! Exec mode against signals aimed at leaderd's whole process group (`kill -9 -PGID`,
-//! `timeout -s KILL`, Ctrl-\, Ctrl-C) and at the keeper alone: the child and everything in
+//! `timeout -s KILL`, Ctrl-\, Ctrl-C, a closing terminal's SIGHUP) and at the keeper alone: the child and everything in
 //! its group die at once when leaderd or the keeper goes away; leaderd's clean shutdown
 //! still stops the child within the grace period.
 
@@ -66,32 +66,39 @@ fn assert_beats_stopped_at_once(d: &Daemon, out: &std::path::Path, killed_ms: u6
 }
 
 #[test]
-fn sigkill_or_sigquit_to_leaderds_process_group_kills_the_childs_group_at_once() {
+fn sigkill_to_leaderds_process_group_kills_the_childs_group_at_once() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    for (sig, code) in [(Signal::SIGKILL, 137), (Signal::SIGQUIT, 131)] {
-        let out = dir.path().join(sig.as_str());
-        let (mut d, child) = leading_in_own_group(&redis, &format!("group-{sig}"), &out);
-        let _guard = GroupGuard(child);
-        let killed_ms = now_ms();
-        d.signal_group(sig); // as `kill -9 -PGID`, `timeout -s KILL` or Ctrl-\ do
-        assert_eq!(d.wait_exit(Duration::from_secs(3)), Some(code), "{sig}");
-        assert_group_gone(child, Duration::from_millis(500), sig.as_str());
-        assert_beats_stopped_at_once(&d, &out, killed_ms);
-    }
+    let out = dir.path().join("beats");
+    let (mut d, child) = leading_in_own_group(&redis, "group-kill", &out);
+    let _guard = GroupGuard(child);
+    let killed_ms = now_ms();
+    d.signal_group(Signal::SIGKILL); // as `kill -9 -PGID` or `timeout -s KILL` do
+    assert_eq!(d.wait_exit(Duration::from_secs(3)), Some(137));
+    assert_group_gone(child, Duration::from_millis(500), "SIGKILL");
+    assert_beats_stopped_at_once(&d, &out, killed_ms);
 }
 
+/// SIGTERM, SIGINT (Ctrl-C), SIGHUP (a terminal that closes signals its foreground group)
+/// and SIGQUIT (Ctrl-\), each sent 50 times to leaderd's group: one clean shutdown.
 #[test]
-fn sigterm_or_sigint_to_leaderds_process_group_is_a_clean_shutdown() {
+fn terminating_signals_to_leaderds_process_group_are_a_clean_shutdown() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+    for sig in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
         let out = dir.path().join(sig.as_str());
         let name = format!("clean-{sig}");
         let (mut d, child) = leading_in_own_group(&redis, &name, &out);
         let _guard = GroupGuard(child);
         let sent = Instant::now();
-        d.signal_group(sig);
+        for _ in 0..50 {
+            d.signal_group(sig);
+        }
         assert_eq!(d.wait_exit(Duration::from_secs(3)), Some(0), "{sig}");
         assert!(sent.elapsed() < Duration::from_millis(300 + 1000), "{sig}");
         assert_group_gone(child, Duration::from_millis(500), sig.as_str());

@@ -147,24 +147,28 @@ fn the_shutdowns_own_stepped_down_hook_runs_after_a_child_that_used_its_grace_pe
 
 /// A hook (and a health-check command) dies with leaderd: a SIGKILL to leaderd's whole
 /// process group leaves neither running, though they run in process groups of their own.
+/// A hook and a hung health check, each a script that leaves a grandchild in its group
+/// (`sleep 300 & sleep 300`): when leaderd is SIGKILLed, no process of either group survives.
 #[test]
-fn a_hook_and_a_health_check_die_with_leaderd() {
+fn a_hook_and_a_health_check_die_with_leaderd_grandchildren_included() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let hook_pid = dir.path().join("hook.pid");
     let check_pid = dir.path().join("check.pid");
-    let hook = serde_json::to_string(&[
-        "sh",
-        "-c",
-        &format!("echo $$ > {}; exec sleep 30", hook_pid.display()),
-    ])
-    .unwrap();
+    let hook = dir.path().join("hook.sh");
+    let script = format!(
+        "#!/bin/sh\necho $$ > {}\nsleep 300 & sleep 300\n",
+        hook_pid.display()
+    );
+    std::fs::write(&hook, script).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hook = serde_json::to_string(&[hook.to_str().unwrap()]).unwrap();
     // The check passes once (so that it leads), then hangs until its timeout kills it.
     let check = serde_json::to_string(&[
         "sh",
         "-c",
         &format!(
-            "if [ -f {p} ]; then echo $$ > {p}.hung; exec sleep 30; fi; echo $$ > {p}",
+            "if [ -f {p} ]; then echo $$ > {p}.hung; sleep 300 & sleep 300; fi; echo $$ > {p}",
             p = check_pid.display()
         ),
     ])
@@ -176,24 +180,23 @@ fn a_hook_and_a_health_check_die_with_leaderd() {
     o.own_group = true;
     let d = Daemon::spawn(&o);
     let pid_in =
-        |path: &Path| -> Option<i32> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
+        |path: &Path| -> Option<u32> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
     let hung = check_pid.with_extension("pid.hung");
-    let alive = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-    };
+    // Each group holds its script and a grandchild (and the sleep the script waits on).
     let (hook, check) = wait_until(Duration::from_secs(15), Duration::from_millis(10), || {
         let both = (pid_in(&hook_pid)?, pid_in(&hung)?);
-        (alive(both.0) && alive(both.1)).then_some(both)
+        (group_members(both.0).len() >= 3 && group_members(both.1).len() >= 3).then_some(both)
     })
-    .expect("the hook and a hung check run");
+    .expect("the hook and a hung check run, each with a grandchild");
+    let _guards = (GroupGuard(hook), GroupGuard(check));
     d.signal_group(Signal::SIGKILL);
     let gone = wait_until(Duration::from_secs(2), Duration::from_millis(20), || {
-        (!alive(hook) && !alive(check)).then_some(())
+        (group_members(hook).is_empty() && group_members(check).is_empty()).then_some(())
     });
-    for pid in [hook, check] {
-        if alive(pid) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-        }
-    }
-    assert!(gone.is_some(), "a hook or a health check outlived leaderd");
+    assert!(
+        gone.is_some(),
+        "processes outlived leaderd: hook group {:?}, health check group {:?}",
+        group_members(hook),
+        group_members(check)
+    );
 }

@@ -75,6 +75,7 @@ const SCHEMA: &[(&str, &[&str])] = &[
             "upstream",
             "on_change",
             "connect_timeout",
+            "idle_timeout",
             "max_connections",
         ],
     ),

@@ -159,6 +159,7 @@ fn proxy(p: &ProxyConfig) -> Value {
         ("upstream", text(p.upstream.as_deref().unwrap_or(""))),
         ("on_change", text(name_of(ON_CHANGE, p.on_change))),
         ("connect_timeout", dur(p.connect_timeout)),
+        ("idle_timeout", dur(p.idle_timeout)),
         ("max_connections", Value::from(p.max_connections)),
     ])
 }

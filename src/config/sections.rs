@@ -235,7 +235,7 @@ fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfi
         on_lost: r
             .get(r.file(&n, "on_lost"), choice(v::ON_LOST))
             .unwrap_or(OnLost::Contend),
-        health_check: health_check(r, &n),
+        health_check: health_check(r, &n, o.check_programs),
         priority: r.get(r.file(&n, "priority"), v::priority).unwrap_or(0),
         preempt: r.get(r.file(&n, "preempt"), v::boolean).unwrap_or(false),
     };
@@ -244,7 +244,13 @@ fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfi
 }
 
 /// The health check, or None when neither `http_get` nor a `command` is set.
-fn health_check(r: &mut Reader<'_>, parent: &Node<'_>) -> Option<HealthCheckConfig> {
+/// `on_this_host`: also refuse a command whose program any user may change (a program that
+/// cannot be found is a failing check, not a mistake in the file).
+fn health_check(
+    r: &mut Reader<'_>,
+    parent: &Node<'_>,
+    on_this_host: bool,
+) -> Option<HealthCheckConfig> {
     let n = r.section(parent, "health_check");
     let cfg = HealthCheckConfig {
         http_get: r.get(r.file(&n, "http_get"), v::http_url),
@@ -254,6 +260,15 @@ fn health_check(r: &mut Reader<'_>, parent: &Node<'_>) -> Option<HealthCheckConf
         failures: r.get(r.file(&n, "failures"), v::count(1)).unwrap_or(3),
     };
     super::rules::health_check(r, &cfg);
+    let program = cfg
+        .command
+        .first()
+        .filter(|p| on_this_host && !p.is_empty());
+    let path_var = r.env("PATH").unwrap_or_default();
+    if let Some(path) = program.and_then(|p| super::programs::find_program(p, &path_var).ok()) {
+        let key = "election.health_check.command";
+        super::outputs::refuse_writable(r, key, &format!("{key}[0]"), &path);
+    }
     (cfg.http_get.is_some() || !cfg.command.is_empty()).then_some(cfg)
 }
 

@@ -1,23 +1,24 @@
-//! One hook run: the command started directly in its own process group, stdin `/dev/null`,
-//! output shared, the environment of exec mode (without leaderd's secrets), SIGKILLed with
-//! its group at its deadline.
+//! One hook run: the command started under a keeper ([`crate::exec::run_once`]), in its own
+//! process group, stdin `/dev/null`, output shared, the environment of exec mode (without
+//! leaderd's secrets); SIGKILLed with its group at its deadline, and what it leaves in its
+//! group goes when it exits or when leaderd dies.
 
 use std::process::Stdio;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+use tokio::time::Instant;
+
+use crate::exec::Ended;
 
 /// How a run ended.
 #[derive(Debug)]
 pub(super) enum Outcome {
-    /// It exited with this code.
+    /// It exited with this code (128 + the signal's number for a signal that was not ours).
     Exited(i32),
-    /// A signal ended it (not ours).
-    Signalled(i32),
     /// Still running at the deadline: killed with its group.
     TimedOut,
-    /// It could not be started.
-    NotStarted(std::io::Error),
+    /// It could not be started: why, and the code a shell gives (127, 126 or 1).
+    NotStarted(String, i32),
 }
 
 impl Outcome {
@@ -25,10 +26,8 @@ impl Outcome {
     /// SIGKILL at the deadline), 127 or 126 for a failure to start (as a shell gives them).
     pub(super) fn code(&self) -> i32 {
         match self {
-            Outcome::Exited(code) => *code,
-            Outcome::Signalled(signal) => 128 + signal,
+            Outcome::Exited(code) | Outcome::NotStarted(_, code) => *code,
             Outcome::TimedOut => 128 + Signal::SIGKILL as i32,
-            Outcome::NotStarted(err) => crate::keeper::start_failure_code(err),
         }
     }
 
@@ -42,49 +41,20 @@ impl Outcome {
     }
 }
 
-/// Runs `cmd` (program and arguments) with `env` added, until it ends or `kill` resolves.
+/// Runs `cmd` (program and arguments) with `env` added, until it ends, `timeout_at` passes
+/// or `kill` resolves.
 pub(super) async fn run(
     cmd: &[String],
     env: &[(&'static str, String)],
+    timeout_at: Instant,
     kill: impl std::future::Future<Output = ()>,
 ) -> Outcome {
-    let Some((program, args)) = cmd.split_first() else {
+    if cmd.is_empty() {
         return Outcome::Exited(0);
-    };
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    crate::exec::without_secrets(command.as_std_mut());
-    crate::keeper::dies_with_us(command.as_std_mut());
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(err) => return Outcome::NotStarted(err),
-    };
-    let group = child.id().map(|id| Pid::from_raw(id as i32));
-    tokio::select! {
-        status = child.wait() => match status {
-            Ok(status) => {
-                use std::os::unix::process::ExitStatusExt;
-                match (status.code(), status.signal()) {
-                    (Some(code), _) => Outcome::Exited(code),
-                    (None, Some(sig)) => Outcome::Signalled(sig),
-                    (None, None) => Outcome::Exited(-1),
-                }
-            }
-            Err(err) => Outcome::NotStarted(err),
-        },
-        _ = kill => {
-            if let Some(group) = group {
-                let _ = killpg(group, Signal::SIGKILL);
-            }
-            let _ = child.wait().await;
-            Outcome::TimedOut
-        }
+    }
+    match crate::exec::run_once(cmd, env, Stdio::inherit(), timeout_at, kill).await {
+        Ended::Exited(code) => Outcome::Exited(code),
+        Ended::Killed => Outcome::TimedOut,
+        Ended::NotStarted(why, code) => Outcome::NotStarted(why, code),
     }
 }

@@ -1,4 +1,5 @@
-//! A client stream that counts the bytes it reads (in) and writes (out) as they pass.
+//! A client stream that counts the bytes it reads (in) and writes (out) as they pass, and
+//! tells the connection's [`Activity`] when bytes pass and when either side finished sending.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -6,23 +7,31 @@ use std::task::{Context, Poll};
 use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-pub(crate) struct Counted<S> {
+use super::idle::Activity;
+
+pub(crate) struct Counted<'a, S> {
     inner: S,
     bytes_in: IntCounter,
     bytes_out: IntCounter,
+    activity: &'a Activity,
 }
 
-impl<S> Counted<S> {
-    pub(crate) fn new(inner: S, bytes_in: IntCounter, bytes_out: IntCounter) -> Self {
+impl<'a, S> Counted<'a, S> {
+    pub(crate) fn new(
+        inner: S,
+        (bytes_in, bytes_out): (IntCounter, IntCounter),
+        activity: &'a Activity,
+    ) -> Self {
         Counted {
             inner,
             bytes_in,
             bytes_out,
+            activity,
         }
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<'_, S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -33,12 +42,15 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
         let read = buf.filled().len() - before;
         if read > 0 {
             self.bytes_in.inc_by(read as u64);
+            self.activity.moved();
+        } else if matches!(polled, Poll::Ready(Ok(()))) && buf.remaining() > 0 {
+            self.activity.half_closed(); // the client's end of file
         }
         polled
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<'_, S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -47,6 +59,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = polled {
             self.bytes_out.inc_by(n as u64);
+            self.activity.moved();
         }
         polled
     }
@@ -56,6 +69,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.activity.half_closed(); // the upstream's end of file, passed on
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

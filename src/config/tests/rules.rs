@@ -346,6 +346,27 @@ fn a_null_upstream_with_the_proxy_on_is_refused() {
     assert_eq!(ok("name: x\nproxy: {upstream: null}").proxy.upstream, None);
 }
 
+#[test]
+fn the_proxy_idle_timeout_defaults_to_an_hour_and_zero_means_never() {
+    use std::time::Duration;
+    assert_eq!(ok("name: x").proxy.idle_timeout, Duration::from_secs(3600));
+    let c = ok("name: x\nproxy: {idle_timeout: 90s}");
+    assert_eq!(c.proxy.idle_timeout, Duration::from_secs(90));
+    assert!(
+        c.to_redacted_yaml().contains("idle_timeout: 1m30s"),
+        "{}",
+        c.to_redacted_yaml()
+    );
+    assert_eq!(
+        ok("name: x\nproxy: {idle_timeout: 0}").proxy.idle_timeout,
+        Duration::ZERO
+    );
+    one_problem(
+        "name: x\nproxy: {idle_timeout: soon}",
+        &["proxy.idle_timeout: \"soon\""],
+    );
+}
+
 /// Audit N1: the password scrubber leaves the hint of what a Redis URL looks like alone,
 /// and still hides a password in the value.
 #[test]

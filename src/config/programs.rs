@@ -1,0 +1,289 @@
+//! The programs leaderd runs (a hook, the exec command, the health check): where one is
+//! ([`find_program`], as `execvp` looks) and who else may change it: one that any user may
+//! write, or that lies in a directory any user may write without the sticky bit, is refused;
+//! a group-writable one is warned about (README "Security").
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::Config;
+
+const OTHERS_WRITE: u32 = 0o002;
+const GROUP_WRITE: u32 = 0o020;
+const STICKY: u32 = 0o1000;
+
+/// Someone besides the owner may replace a program's contents; displayed as the end of a
+/// sentence that starts with the config key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Writable {
+    /// The file is o+w.
+    #[error("{} is writable by any user (mode {mode:04o}): chmod o-w it", path.display())]
+    File { path: PathBuf, mode: u32 },
+    /// A directory on its path is o+w without the sticky bit: anyone may replace the file.
+    #[error("{} is in {}, which any user may write (mode {mode:04o}, no sticky bit): move the program or chmod o-w the directory", program.display(), dir.display())]
+    Dir {
+        program: PathBuf,
+        dir: PathBuf,
+        mode: u32,
+    },
+    /// The file, or the directory it is in (without the sticky bit), is g+w.
+    #[error("{} is writable by group {gid} (mode {mode:04o} on {}): every member may change what leaderd runs", program.display(), path.display())]
+    Group {
+        program: PathBuf,
+        path: PathBuf,
+        gid: u32,
+        mode: u32,
+    },
+}
+
+impl Writable {
+    /// Any user may change the program: refused. (Group-writable is a warning.)
+    pub(crate) fn by_anyone(&self) -> bool {
+        !matches!(self, Writable::Group { .. })
+    }
+}
+
+/// Who besides its owner may change `program` (an existing file, as found on `PATH`): the
+/// file itself, every directory above it (as written and after resolving symbolic links) for
+/// any user, and the file and the directory holding it for its group.
+pub(crate) fn writers(program: &Path) -> Vec<Writable> {
+    let given = match std::env::current_dir() {
+        Ok(cwd) if program.is_relative() => cwd.join(program),
+        _ => program.to_path_buf(),
+    };
+    let real = std::fs::canonicalize(&given).unwrap_or_else(|_| given.clone());
+    let mut found = Vec::new();
+    if let Ok(meta) = std::fs::metadata(&real) {
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & OTHERS_WRITE != 0 {
+            found.push(Writable::File {
+                path: program.to_path_buf(),
+                mode,
+            });
+        } else if mode & GROUP_WRITE != 0 {
+            found.push(group(program, &real, &meta));
+        }
+    }
+    let mut seen: Vec<&Path> = Vec::new();
+    for path in [&given, &real] {
+        for (depth, dir) in path.ancestors().skip(1).enumerate() {
+            if seen.contains(&dir) {
+                continue;
+            }
+            seen.push(dir);
+            let Ok(meta) = std::fs::metadata(dir) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & STICKY != 0 {
+                continue;
+            }
+            if mode & OTHERS_WRITE != 0 {
+                found.push(Writable::Dir {
+                    program: program.to_path_buf(),
+                    dir: dir.to_path_buf(),
+                    mode,
+                });
+            } else if depth == 0 && mode & GROUP_WRITE != 0 {
+                found.push(group(program, dir, &meta));
+            }
+        }
+    }
+    found
+}
+
+fn group(program: &Path, path: &Path, meta: &std::fs::Metadata) -> Writable {
+    Writable::Group {
+        program: program.to_path_buf(),
+        path: path.to_path_buf(),
+        gid: meta.gid(),
+        mode: meta.permissions().mode() & 0o7777,
+    }
+}
+
+/// The programs `config` runs, each with the key that names it: the hooks, the exec command
+/// and the health check's command.
+pub(crate) fn programs(config: &Config) -> Vec<(String, &str)> {
+    let h = &config.hooks;
+    let health = config.election.health_check.as_ref();
+    [
+        ("hooks.on_acquired", &h.on_acquired),
+        ("hooks.on_stepped_down", &h.on_stepped_down),
+        ("hooks.on_leader_changed", &h.on_leader_changed),
+        ("exec.command", &config.exec.command),
+    ]
+    .into_iter()
+    .chain(health.map(|c| ("election.health_check.command", &c.command)))
+    .filter_map(|(key, cmd)| Some((format!("{key}[0]"), cmd.first()?.as_str())))
+    .collect()
+}
+
+/// One line per program of `config` that its group may change (the refusals for any user
+/// were made while loading).
+pub(crate) fn group_writable_warnings(config: &Config) -> Vec<String> {
+    let path_var = std::env::var("PATH").unwrap_or_default();
+    programs(config)
+        .into_iter()
+        .filter_map(|(label, program)| {
+            let found = find_program(program, &path_var).ok()?;
+            Some((label, writers(&found)))
+        })
+        .flat_map(|(label, found)| {
+            found
+                .into_iter()
+                .filter(|w| !w.by_anyone())
+                .map(move |w| format!("{label}: {w}"))
+        })
+        .collect()
+}
+
+/// Why a hook's or the exec command's program cannot be run; displayed as the end of a
+/// sentence that starts with the program's name.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProgramError {
+    /// The command list is empty or starts with "".
+    #[error("is not allowed (the first item is the program to run)")]
+    Empty,
+    /// No directory of `PATH` has it.
+    #[error("cannot be found on PATH ({0})")]
+    NotOnPath(String),
+    /// The path does not exist or cannot be read.
+    #[error("cannot be found ({}: {source})", path.display())]
+    Missing {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The path is a file this process may not execute (access(2) with X_OK).
+    #[error("({}) is not executable by this user: {source}", path.display())]
+    NotExecutable {
+        path: PathBuf,
+        #[source]
+        source: nix::Error,
+    },
+    /// The path is a directory or another non-file.
+    #[error("({}) is not a file", .0.display())]
+    NotAFile(PathBuf),
+}
+
+/// Where `program` is, searched like `execvp` does.
+///
+/// # Errors
+/// Why it cannot be run ([`ProgramError`]).
+pub(crate) fn find_program(program: &str, path_var: &str) -> Result<PathBuf, ProgramError> {
+    if program.is_empty() {
+        return Err(ProgramError::Empty);
+    }
+    if program.contains('/') {
+        return executable(Path::new(program)).map(|()| PathBuf::from(program));
+    }
+    let mut last = None;
+    for dir in path_var.split(':').filter(|d| !d.is_empty()) {
+        let candidate = Path::new(dir).join(program);
+        match executable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(why) if candidate.exists() => last = Some(why),
+            Err(_) => {}
+        }
+    }
+    Err(last.unwrap_or_else(|| ProgramError::NotOnPath(path_var.to_string())))
+}
+
+/// A regular file that this process may execute: not "has an x bit", which a root-owned
+/// mode-0700 script has too when leaderd runs as another user.
+fn executable(path: &Path) -> Result<(), ProgramError> {
+    let meta = std::fs::metadata(path).map_err(|source| ProgramError::Missing {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(ProgramError::NotAFile(path.to_path_buf()));
+    }
+    nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).map_err(|source| {
+        ProgramError::NotExecutable {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn finds_who_else_may_write_a_program() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("bin");
+        std::fs::create_dir(&dir).unwrap();
+        chmod(&dir, 0o755);
+        let prog = dir.join("hook.sh");
+        std::fs::write(&prog, "#!/bin/sh\n").unwrap();
+        chmod(&prog, 0o755);
+        assert_eq!(writers(&prog), vec![]);
+
+        chmod(&prog, 0o777);
+        let found = writers(&prog);
+        assert!(
+            matches!(&found[..], [Writable::File { mode: 0o777, .. }]),
+            "{found:?}"
+        );
+        assert!(found[0].by_anyone());
+        assert!(found[0]
+            .to_string()
+            .contains("writable by any user (mode 0777)"));
+
+        chmod(&prog, 0o775);
+        let found = writers(&prog);
+        assert!(matches!(&found[..], [Writable::Group { .. }]), "{found:?}");
+        assert!(!found[0].by_anyone());
+
+        chmod(&prog, 0o755);
+        chmod(&dir, 0o777);
+        let found = writers(&prog);
+        assert!(
+            matches!(&found[..], [Writable::Dir { mode: 0o777, .. }]),
+            "{found:?}"
+        );
+        chmod(&dir, 0o1777);
+        assert_eq!(writers(&prog), vec![], "the sticky bit protects the file");
+        chmod(&dir, 0o775);
+        assert!(matches!(&writers(&prog)[..], [Writable::Group { .. }]));
+
+        // A link in a safe directory to a program in an unsafe one is refused too.
+        chmod(&dir, 0o777);
+        let safe = top.path().join("safe");
+        std::fs::create_dir(&safe).unwrap();
+        chmod(&safe, 0o755);
+        let link = safe.join("hook");
+        std::os::unix::fs::symlink(&prog, &link).unwrap();
+        assert!(writers(&link).iter().any(Writable::by_anyone));
+        chmod(&dir, 0o755);
+    }
+
+    #[test]
+    fn finds_programs_on_path_and_rejects_the_rest() {
+        assert!(find_program("sh", "/nonexistent:/bin:/usr/bin").is_ok());
+        assert!(find_program("/bin/sh", "").is_ok());
+        let missing = find_program("no-such-program-xyz", "/bin")
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("cannot be found on PATH"), "{missing}");
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let not_exec = find_program(plain.to_str().unwrap(), "")
+            .unwrap_err()
+            .to_string();
+        assert!(not_exec.contains("not executable"), "{not_exec}");
+        let dir_path = dir.path().to_str().unwrap();
+        let on_path = find_program("plain", dir_path).unwrap_err().to_string();
+        assert!(on_path.contains("not executable"), "{on_path}");
+        assert!(find_program("", "/bin").is_err());
+    }
+}
