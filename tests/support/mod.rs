@@ -8,6 +8,7 @@ pub mod redis;
 pub mod safety;
 pub mod sentinel;
 pub mod timeshift;
+pub mod tools;
 
 pub use self::daemon::{leaderd_bin, run_cli, CliOutput, Daemon, DaemonOpts};
 pub use self::proxy::Proxy;
