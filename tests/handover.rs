@@ -19,9 +19,10 @@ const BOUND: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(50);
 /// `lease_duration` of every daemon here.
 const LEASE_MS: u64 = 3000;
-/// `leaderd handover`'s `elapsed_ms`: the target is 10 ms (BENCHMARKS.md); 40 ms more
-/// for a debug build on a loaded 2-core machine.
-const HANDOVER_BOUND_MS: i64 = 50;
+/// `leaderd handover`'s `elapsed_ms`: the target is 10 ms (BENCHMARKS.md); 90 ms more for a
+/// debug build on a loaded 2-core machine (50 ms seen with 8 tests side by side at a load
+/// average of 17).
+const HANDOVER_BOUND_MS: i64 = 100;
 
 fn seed(redis: &RedisServer, name: &str) {
     let key = format!("leaderd:{{{name}}}:fence");
@@ -133,6 +134,7 @@ fn handover_to_a_named_target_then_to_the_best_successor() {
         .and_then(|l| l.rsplit_once(" in "))
         .and_then(|(_, ms)| ms.parse().ok())
         .unwrap_or_else(|| panic!("no \"in N ms\" at the end of {line}"));
+    println!("{line}");
     assert!(took < HANDOVER_BOUND_MS, "{line}");
     let (holder, f2) = new_leader(&a, "a", f1);
     assert_eq!(holder, "b");
