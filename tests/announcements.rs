@@ -154,9 +154,14 @@ async fn redlock_announces_a_term_once_its_majority_is_confirmed() {
     );
 }
 
+/// A follower names a new leader from its announcement within this of its `acquired_at`: the
+/// target is 10 ms (BENCHMARKS.md, announcement latency); 40 ms more for a debug build on a loaded
+/// 2-core machine.
+const ANNOUNCED_BOUND_MS: i64 = 50;
+
 /// The lease vanishes without a release (deleted): the follower that polls first takes it,
 /// and the other follower (polling only every 2-2.4 s) names it from the announcement within
-/// 200 ms of its `acquired_at`.
+/// 50 ms of its `acquired_at`.
 #[test]
 fn followers_name_a_new_leader_from_its_announcement() {
     let redis = RedisServer::start();
@@ -210,12 +215,14 @@ fn followers_name_a_new_leader_from_its_announcement() {
             .filter(|s| s["leader"] == leader.as_str() && s["fence"] == fence)
     })
     .expect("the other follower names the new leader");
-    let after = doc["observed_at_ms"]
-        .as_u64()
-        .unwrap()
-        .saturating_sub(acquired_at);
+    // The announcement may even arrive before the new leader has read its own reply.
+    let after = doc["observed_at_ms"].as_i64().unwrap() - acquired_at as i64;
+    println!(
+        "{} named {leader} {after}ms after its acquired_at",
+        other.identity()
+    );
     assert!(
-        after < 200,
+        after < ANNOUNCED_BOUND_MS,
         "{} named {leader} {after}ms after its acquired_at (polling alone: up to 2.4 s)",
         other.identity()
     );

@@ -2,9 +2,10 @@
 //! outside (HTTP, the leader files, the JSON logs, exit codes). Every test ends with the
 //! shared safety checker over all replicas' logs.
 //!
-//! Timings (the support defaults): lease 2s, renew_deadline 1400ms, retry 300ms,
-//! command_timeout 200ms. Time bounds are deliberately generous: the machine is small and
-//! shared.
+//! Timings (the support defaults; the SIGKILL test: leaderd's defaults): lease 2s,
+//! renew_deadline 1400ms, retry 300ms, command_timeout 200ms. A bound that is a test's point is close to its target, with the
+//! slack a debug build on a loaded 2-core machine needs stated beside it; waits for
+//! something to happen are generous.
 
 mod daemon_common;
 mod support;
@@ -19,6 +20,12 @@ use daemon_common::*;
 use support::{wait_until, DOC_KEYS};
 
 const EXIT_WAIT: Duration = Duration::from_secs(5);
+/// SIGTERM of the leader to the successor's `acquired_at`: the target is 10 ms (BENCHMARKS.md,
+/// graceful handover); 90 ms more for a debug build on a loaded 2-core machine.
+const HANDOVER_BOUND_MS: i64 = 100;
+/// A dead leader's lease taken after its expiry in Redis: the target is 20 ms (BENCHMARKS.md,
+/// crash failover); 130 ms more for a debug build on a loaded 2-core machine.
+const EXPIRY_BOUND_MS: i64 = 150;
 
 fn keys_of(v: &Value) -> BTreeSet<String> {
     v.as_object()
@@ -104,33 +111,6 @@ fn assert_contract_metrics(text: &str, name: &str) {
             "{n} without the name label"
         );
     }
-}
-
-/// `promtool check metrics` accepts `text` with no output at all; skipped without promtool.
-fn promtool_accepts(text: &str) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let Ok(mut child) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
-        println!("note: promtool not on PATH, skipping `promtool check metrics`");
-        return;
-    };
-    let mut stdin = child.stdin.take().expect("promtool stdin");
-    stdin.write_all(text.as_bytes()).expect("feed promtool");
-    drop(stdin);
-    let out = child.wait_with_output().expect("promtool runs");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool rejects /metrics: {said}");
-    assert_eq!(said.trim(), "", "promtool findings on /metrics");
 }
 
 /// The `data:` payloads of the `status` events in an SSE body.
@@ -314,7 +294,7 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
     );
     let left = m(&metrics_text, "leaderd_lease_remaining_seconds", &[]);
     assert!(left > 0.0 && left <= 2.0, "{left}");
-    promtool_accepts(&metrics_text);
+    support::tools::promtool_accepts(&metrics_text, "the leader's /metrics");
     let follower = c.others(l)[0];
     let (_, ftext) = c.daemons[follower].get("/metrics");
     assert_contract_metrics(&ftext, &name);
@@ -329,7 +309,7 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
             &[("result", "held")]
         ) >= 1.0
     );
-    promtool_accepts(&ftext);
+    support::tools::promtool_accepts(&ftext, "a follower's /metrics");
 
     // /events: the document at once (well before the next change).
     let (code, body) =
@@ -390,12 +370,20 @@ fn sigterm_leader_exits_0_and_hands_over_quickly() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
+    let release = watch_release(&c.redis, &c.name, SLOW);
 
     let sent = now_ms();
     let signalled = Instant::now();
     c.daemons[l].signal(Signal::SIGTERM);
     let code = c.daemons[l].wait_exit(EXIT_WAIT);
     assert_eq!(code, Some(0), "SIGTERM: exit 0");
+    // It released before it exited: the lease is no longer its own.
+    let holder = c.redis.cmd(&["HGET", &c.lock_key(), "holder"]);
+    assert_ne!(
+        holder,
+        c.identity(l),
+        "the lease outlived its holder's exit"
+    );
     // Within grace_period (3s by default) + 1s.
     assert!(
         signalled.elapsed() < Duration::from_secs(4),
@@ -411,9 +399,13 @@ fn sigterm_leader_exits_0_and_hands_over_quickly() {
     let n = c.wait_agreed_leader(&others, SLOW);
     let doc = c.daemons[n].status_doc().unwrap();
     let fence2 = doc["fence"].as_u64().unwrap();
-    let handover = doc["acquired_at_ms"].as_u64().unwrap().saturating_sub(sent);
+    let acquired_at = doc["acquired_at_ms"].as_i64().unwrap();
+    let handover = acquired_at - sent as i64;
     println!("SIGTERM -> new leader's acquired_at: {handover}ms");
-    assert!(handover < 1000, "handover took {handover}ms");
+    assert!(
+        handover < HANDOVER_BOUND_MS,
+        "handover took {handover}ms (bound {HANDOVER_BOUND_MS}ms)"
+    );
     assert!(fence2 > fence1);
     // Each stream delivered the old document at once, then the change.
     for stream in streams {
@@ -432,22 +424,28 @@ fn sigterm_leader_exits_0_and_hands_over_quickly() {
         );
     }
 
-    // Order in the old leader's log: stepped_down (shutdown), then released, then exit 0.
-    let events = c.daemons[l].log_events();
-    let pos = |name: &str| {
-        events
-            .iter()
-            .position(|e| support::safety::event_name(e) == Some(name))
-            .unwrap_or_else(|| panic!("no `{name}` in {}", c.daemons[l].log()))
-    };
-    let down = &events[pos("stepped_down")];
+    // The old leader stepped down (shutdown), and only then released: the release reached
+    // Redis after it had stopped claiming, and the new term began after both.
+    let down = wait_event(&c.daemons[l], "stepped_down", 1, SLOW);
     assert_eq!(down["reason"], "shutdown");
     assert_eq!(down["fence"].as_u64(), Some(fence1));
+    let ended_at = u64_of(&down, "ended_at_ms") as i64;
+    let (released, heard_at) = release
+        .join()
+        .expect("release watcher")
+        .expect("the release is announced");
+    assert_eq!(released["holder"], c.identity(l), "{released}");
+    assert_eq!(released["fence"].as_u64(), Some(fence1), "{released}");
     assert!(
-        pos("stepped_down") < pos("released"),
-        "released before stepped_down"
+        heard_at as i64 >= ended_at,
+        "the release was heard {}ms before the leader stepped down",
+        ended_at - heard_at as i64
     );
-    assert!(pos("released") < pos("exited"));
+    assert!(
+        acquired_at >= ended_at,
+        "the new term began {}ms before the old leader stepped down",
+        ended_at - acquired_at
+    );
     // The remaining follower saw the change.
     let follower = others.iter().copied().find(|&i| i != n).unwrap();
     let new_leader = c.identity(n).to_string();
@@ -482,46 +480,78 @@ fn sigterm_leader_exits_0_and_hands_over_quickly() {
     assert_eq!(fences_increase(&terms), vec![fence1, fence2, fence3]);
 }
 
+/// The default timings (lease 15 s, renew deadline 10 s, retry 2 s): the best successor's
+/// heartbeat (every `lease_duration / 3`, a read that may find the lease vacant) lands within
+/// the bound after the expiry by chance about 1 time in 33 (the followers start at random
+/// moments, out of step with the leader's renewals), so a follower that does not wake at the
+/// expiry fails it.
+const SIGKILL_TIMINGS: &str =
+    "election:\n  lease_duration: 15s\n  renew_deadline: 10s\n  retry_period: 2s\n";
+const SIGKILL_LEASE_MS: i64 = 15_000;
+/// `lease_duration * 0.01 + 2ms` of those timings.
+const SIGKILL_DRIFT_MS: i64 = 152;
+
 #[test]
 fn sigkill_leader_is_replaced_once_its_lease_expires() {
-    let mut c = Cluster::start("sigkill", 3, false, "");
+    let name = "sigkill";
+    let redis = support::RedisServer::start();
+    assert_eq!(redis.cmd(&["SET", "leaderd:{sigkill}:fence", "1000"]), "OK");
+    let url = redis.url();
+    let spawn = |id: &str| {
+        let mut o = support::DaemonOpts::new(name, id, &url);
+        o.extra_yaml = SIGKILL_TIMINGS.into();
+        support::Daemon::spawn(&o)
+    };
+    let mut c = Cluster {
+        name: name.into(),
+        daemons: vec![spawn(IDENTITIES[0])],
+        proxy: None,
+        redis,
+    };
+    c.wait_agreed_leader(&[0], SLOW);
+    for id in &IDENTITIES[1..] {
+        let ms = u64::from_str_radix(&support::new_token()[..8], 16).unwrap() % 2000;
+        std::thread::sleep(Duration::from_millis(ms));
+        c.daemons.push(spawn(id));
+    }
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence = c.daemons[l].status_doc().unwrap()["fence"]
         .as_u64()
         .unwrap();
-    // Let it renew a few times.
-    wait_event(&c.daemons[l], "renewed", 2, Duration::from_secs(5));
+    wait_event(&c.daemons[l], "renewed", 1, SLOW);
 
     let killed_at = now_ms();
     c.daemons[l].kill();
     let dead_valid_until = last_validity(&c.daemons[l], fence);
 
     let others = c.others(l);
-    let n = c.wait_agreed_leader(&others, SLOW);
+    let n = c.wait_agreed_leader(&others, 2 * SLOW);
     let doc = c.daemons[n].status_doc().unwrap();
-    let acquired_at = doc["acquired_at_ms"].as_u64().unwrap();
+    let acquired_at = doc["acquired_at_ms"].as_i64().unwrap();
+    let (killed_at, dead_valid_until) = (killed_at as i64, dead_valid_until as i64);
     assert!(
         acquired_at >= dead_valid_until,
         "new term at {acquired_at} began before the dead leader's validity {dead_valid_until}"
     );
+    // Taken at its expiry in Redis (the validity plus the drift), not a poll later.
+    let late = acquired_at - (dead_valid_until + SIGKILL_DRIFT_MS);
     let took = acquired_at - killed_at;
     println!(
-        "SIGKILL -> new leader: {took}ms (dead leader's validity ended {}ms after the kill)",
-        dead_valid_until.saturating_sub(killed_at)
+        "SIGKILL -> new leader: {took}ms, {late}ms after the lease expired (its validity ended {}ms after the kill)",
+        dead_valid_until - killed_at
     );
-    assert!(took < 2000 + 1500, "took {took}ms to replace a dead leader");
-    // Taken at its expiry (PTTL), not a whole poll later; generous for a loaded machine.
-    let late = acquired_at - dead_valid_until;
     assert!(
-        late < 1000,
-        "taken {late}ms after the dead leader's validity"
+        late < EXPIRY_BOUND_MS,
+        "taken {late}ms after the dead leader's lease expired (bound {EXPIRY_BOUND_MS}ms)"
     );
+    let most = SIGKILL_LEASE_MS + EXPIRY_BOUND_MS;
+    assert!(took < most, "took {took}ms to replace a dead leader");
     assert!(doc["fence"].as_u64().unwrap() > fence);
 
     // The dead leader's file is stale but carries its validity, which has passed.
     let file = c.daemons[l].file_doc().expect("dead leader's file");
     if file["is_leader"] == true {
-        let until = file["lease_valid_until_ms"].as_u64().unwrap();
+        let until = file["lease_valid_until_ms"].as_i64().unwrap();
         assert!(until <= acquired_at, "{file}");
     }
     c.check_safety();

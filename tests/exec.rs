@@ -28,15 +28,27 @@ fn children_never_overlap_across_kills_pauses_restarts_and_cuts() {
         .collect();
     let all = [0, 1, 2];
     let others = |i: usize| all.iter().copied().filter(|&j| j != i).collect::<Vec<_>>();
-    let settle = || std::thread::sleep(Duration::from_millis(600));
+    // Before the next fault: the leader's child has run (a few lines) and every replica
+    // names the leader's term.
+    let settle = |ds: &[Daemon]| {
+        wait_until(SLOW, POLL, || {
+            let docs: Vec<Value> = ds.iter().map(Daemon::status_doc).collect::<Option<_>>()?;
+            let leader = docs.iter().find(|d| d["is_leader"] == true)?;
+            let fence = leader["fence"].as_u64()?;
+            let ran = spans(&out).get(&fence).is_some_and(|s| s.2 >= 10);
+            let named = docs.iter().all(|d| d["fence"].as_u64() == Some(fence));
+            (ran && named).then_some(())
+        })
+        .expect("the election settles: one leader whose child runs, named by every replica");
+    };
 
     // SIGKILL of the leader: its child dies with it, the lease passes at its expiry.
     let l = wait_leader(&ds, &all, SLOW);
-    settle();
+    settle(&ds);
     ds[l].kill();
     let next = wait_leader(&ds, &others(l), SLOW);
     ds[l].restart();
-    settle();
+    settle(&ds);
 
     // SIGSTOP of the leader for two lease durations, then SIGCONT.
     let l = next;
@@ -45,7 +57,7 @@ fn children_never_overlap_across_kills_pauses_restarts_and_cuts() {
     std::thread::sleep(Duration::from_millis(2500));
     ds[l].signal(Signal::SIGCONT);
     assert_eq!(wait_leader(&ds, &all, SLOW), next);
-    settle();
+    settle(&ds);
 
     // SIGTERM of the leader: child stopped, lease released, exit 0.
     let l = next;
@@ -53,7 +65,7 @@ fn children_never_overlap_across_kills_pauses_restarts_and_cuts() {
     assert_eq!(ds[l].wait_exit(Duration::from_secs(5)), Some(0));
     let next = wait_leader(&ds, &others(l), SLOW);
     ds[l].restart();
-    settle();
+    settle(&ds);
 
     // Redis loses its data: the leader's renew fails, the new lease waits out a quarantine.
     let l = next;
@@ -65,16 +77,16 @@ fn children_never_overlap_across_kills_pauses_restarts_and_cuts() {
         SLOW,
     );
     let next = wait_leader(&ds, &all, SLOW);
-    settle();
+    settle(&ds);
 
     // The leader's link to Redis is cut for a while.
     let l = next;
     proxies[l].cut();
     let _ = wait_leader(&ds, &others(l), SLOW);
     proxies[l].restore();
-    settle();
+    settle(&ds);
     let _ = wait_leader(&ds, &all, SLOW);
-    settle();
+    settle(&ds);
     for d in &ds {
         d.signal(Signal::SIGTERM);
     }

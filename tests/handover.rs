@@ -13,12 +13,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::{run_cli, wait_until, Daemon, DaemonOpts, RedisServer, RespConn};
+use support::{run_cli, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const BOUND: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(50);
 /// `lease_duration` of every daemon here.
 const LEASE_MS: u64 = 3000;
+/// `leaderd handover`'s `elapsed_ms`: the target is 10 ms (BENCHMARKS.md); 90 ms more for a
+/// debug build on a loaded 2-core machine (50 ms seen with 8 tests side by side at a load
+/// average of 17).
+const HANDOVER_BOUND_MS: i64 = 100;
 
 fn seed(redis: &RedisServer, name: &str) {
     let key = format!("leaderd:{{{name}}}:fence");
@@ -108,7 +112,7 @@ fn handover_to_a_named_target_then_to_the_best_successor() {
     let name = "hv";
     seed(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 10, ""));
     let c = Daemon::spawn(&opts(&redis.url(), name, "c", 20, ""));
     let (from, f1) = settled(&a, 3, 3);
@@ -125,7 +129,13 @@ fn handover_to_a_named_target_then_to_the_best_successor() {
     let line = out.stdout.trim();
     let prefix = format!("{name}: handed over from a (fence {f1}) to b (fence ");
     assert!(line.starts_with(&prefix), "{line}");
-    assert!(line.ends_with(" ms"), "{line}");
+    let took: i64 = line
+        .strip_suffix(" ms")
+        .and_then(|l| l.rsplit_once(" in "))
+        .and_then(|(_, ms)| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no \"in N ms\" at the end of {line}"));
+    println!("{line}");
+    assert!(took < HANDOVER_BOUND_MS, "{line}");
     let (holder, f2) = new_leader(&a, "a", f1);
     assert_eq!(holder, "b");
     assert!(
@@ -151,7 +161,8 @@ fn handover_to_a_named_target_then_to_the_best_successor() {
     );
     assert_eq!(doc["from_fence"].as_u64(), Some(f2));
     assert!(doc["to_fence"].as_u64().unwrap() > f2);
-    assert!(doc["elapsed_ms"].as_u64().is_some(), "{doc}");
+    let took = doc["elapsed_ms"].as_i64().expect("elapsed_ms");
+    assert!((0..HANDOVER_BOUND_MS).contains(&took), "{doc}");
     assert_eq!(new_leader(&a, "b", f2).0, "c");
 }
 
@@ -161,7 +172,7 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
     let name = "bad";
     seed(&redis, name);
     let mut a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
     let _u = Daemon::spawn(&opts(&redis.url(), name, "u", 0, UNHEALTHY));
     let (leader, _) = settled(&a, 3, 2);
@@ -304,7 +315,7 @@ fn exec_mode_stops_the_old_child_before_the_target_starts_its_own() {
         o
     };
     let a = Daemon::spawn(&with_child("a"));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&with_child("b"));
     let (_, f1) = settled(&a, 2, 2);
     std::thread::sleep(Duration::from_millis(300));
@@ -330,11 +341,8 @@ fn a_preempting_leader_hands_over_to_a_higher_priority_after_a_lease_duration() 
     let name = "preempt";
     seed(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, "  preempt: true\n"));
-    let (_, f1) = wait_until(BOUND, POLL, || {
-        let s = settled(&a, 1, 1);
-        (s.0 == "a").then_some(s)
-    })
-    .unwrap();
+    let (first, f1) = settled(&a, 1, 1);
+    assert_eq!(first, "a");
     let low = Daemon::spawn(&opts(&redis.url(), name, "low", 0, ""));
     let started = now_ms();
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 10, "  preempt: true\n"));
@@ -348,22 +356,19 @@ fn a_preempting_leader_hands_over_to_a_higher_priority_after_a_lease_duration() 
         "preempted {}ms after the candidate started: not before it was healthy for the lease",
         ended - started
     );
-    // b outranks everyone: it keeps the lease (no preemption back and forth).
-    std::thread::sleep(Duration::from_millis(2 * LEASE_MS));
+    // b outranks everyone: it keeps the lease (no preemption back and forth), through
+    // renewals for two leases after it acquired (time for any preemption to happen).
+    let acquired_at = exec_common::u64_of(&events(&b, "acquired")[0], "acquired_at_ms");
+    wait_until(BOUND, POLL, || {
+        events(&b, "renewed")
+            .iter()
+            .any(|e| exec_common::u64_of(e, "lease_valid_until_ms") > acquired_at + 3 * LEASE_MS)
+            .then_some(())
+    })
+    .expect("b renews for two leases");
     assert_eq!(settled(&a, 3, 3).0, "b");
     assert!(events(&b, "stepped_down").is_empty());
     drop(low);
-}
-
-/// The payload of a subscriber's `message` push.
-fn payload(reply: support::Reply) -> Option<String> {
-    match reply {
-        support::Reply::Array(items) if items.len() == 3 => match &items[2] {
-            support::Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 #[test]
@@ -372,19 +377,16 @@ fn sigterm_reserves_the_release_for_the_best_successor() {
     let name = "term";
     seed(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 5, ""));
     let _c = Daemon::spawn(&opts(&redis.url(), name, "c", 9, ""));
     let _u = Daemon::spawn(&opts(&redis.url(), name, "u", 50, UNHEALTHY));
     let (_, f1) = settled(&b, 4, 3);
-    let chan = format!("leaderd:{{{name}}}:released");
-    let mut conn = RespConn::connect(redis.addr(), BOUND).unwrap();
-    conn.call(&["SUBSCRIBE", &chan]).unwrap();
+    let watch = daemon_common::watch_release(&redis, name, BOUND);
     a.signal(Signal::SIGTERM);
-    let released = (0..8)
-        .filter_map(|_| conn.read_next().ok().and_then(payload))
-        .map(|text| serde_json::from_str::<Value>(&text).unwrap_or_default())
-        .find(|m| m["event"] == "released")
+    let (released, _) = watch
+        .join()
+        .expect("release watcher")
         .expect("a release is published");
     assert_eq!(released["holder"], "a");
     assert_eq!(
@@ -400,7 +402,7 @@ fn a_target_that_dies_in_the_window_still_leaves_a_leader() {
     let name = "dies";
     seed(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
     let c = Daemon::spawn(&opts(&redis.url(), name, "c", 0, ""));
     let (_, f1) = settled(&a, 3, 3);
@@ -437,7 +439,7 @@ fn stale_requests_are_neither_carried_out_nor_refused() {
     let name = "stale";
     seed(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
     let (_, fence) = settled(&a, 2, 2);
     let key = format!("leaderd:{{{name}}}:handover");
@@ -489,7 +491,7 @@ fn redlock_handover_reserves_on_a_majority() {
         o
     };
     let a = Daemon::spawn(&redlock("a"));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&redlock("b"));
     let _c = Daemon::spawn(&redlock("c"));
     let (_, f1) = settled(&a, 3, 3);
@@ -546,7 +548,7 @@ fn cluster_handover_goes_through_the_lease_shard() {
         o
     };
     let a = Daemon::spawn(&cluster("a"));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&cluster("b"));
     let _c = Daemon::spawn(&cluster("c"));
     let (_, f1) = settled(&a, 3, 3);
@@ -574,7 +576,7 @@ fn sentinel_handover_with_replicas_acknowledging() {
         o
     };
     let a = Daemon::spawn(&sentinel("a"));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&sentinel("b"));
     let (_, f1) = settled(&a, 2, 2);
     let out = handover(&a, &["--to", "b", "--json"]);
@@ -593,7 +595,7 @@ fn an_accepted_request_is_gone_before_the_target_leads() {
     let name = "done";
     seed(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
     let (mut from, mut fence) = settled(&a, 2, 2);
     for _ in 0..6 {
@@ -620,11 +622,8 @@ fn a_replica_sitting_out_after_a_yield_is_nobodys_successor() {
     let name = "sitout";
     seed(&redis, name);
     let high = Daemon::spawn(&opts(&redis.url(), name, "high", 50, ""));
-    let (_, f1) = wait_until(BOUND, POLL, || {
-        let s = settled(&high, 1, 1);
-        (s.0 == "high").then_some(s)
-    })
-    .unwrap();
+    let (first, f1) = settled(&high, 1, 1);
+    assert_eq!(first, "high");
     let low = Daemon::spawn(&opts(&redis.url(), name, "low", 10, "  preempt: true\n"));
     settled(&low, 2, 2);
     // `high` has been registered and healthy for a lease once it yields.
@@ -681,7 +680,7 @@ fn preemption_counts_a_lease_from_when_the_candidate_turned_healthy() {
     let name = "since";
     seed(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, "  preempt: true\n"));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let dir = tempfile::tempdir().unwrap();
     let flag = dir.path().join("healthy");
     let check = format!(
@@ -719,7 +718,7 @@ fn a_follower_asked_to_yield_sits_out_a_lease() {
     let name = "fyield";
     seed(&redis, name);
     let mut a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
-    wait_until(BOUND, POLL, || (settled(&a, 1, 1).0 == "a").then_some(()));
+    assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
     settled(&b, 2, 2);
     b.signal(Signal::SIGUSR1);

@@ -478,7 +478,7 @@ async fn metrics_carry_every_series_and_follow_the_validity() {
     assert_eq!(fence, Some(7.0));
     let remaining = series_value(&text, r#"leaderd_lease_remaining_seconds{name="orders"}"#);
     assert!(remaining.unwrap() > 0.0);
-    promtool_accepts(&text);
+    support::tools::promtool_accepts(&text, "/metrics");
 
     tokio::time::sleep_until(expires + Duration::from_millis(50)).await;
     let text = get(server.addr, "/metrics").await.body;
@@ -488,36 +488,6 @@ async fn metrics_carry_every_series_and_follow_the_validity() {
     let fence = series_value(&text, r#"leaderd_fence{name="orders"}"#);
     assert_eq!(fence, Some(0.0));
     server.stop().await;
-}
-
-/// `promtool check metrics` must accept `text` with no findings; skipped without promtool.
-fn promtool_accepts(text: &str) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let spawned = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let Ok(mut child) = spawned else {
-        println!("note: promtool not on PATH, skipping `promtool check metrics`");
-        return;
-    };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let findings = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool: {findings}");
-    assert_eq!(findings.trim(), "", "promtool findings");
 }
 
 // ---- leader file tests -----------------------------------------------------------------

@@ -230,6 +230,27 @@ fn wait_until_is_bounded() {
     );
 }
 
+/// `free_port` keeps every block it claimed: 300 ports (five blocks) handed out before any
+/// is bound are all different, and all can be held at once.
+#[test]
+fn free_port_hands_out_300_ports_that_can_all_be_held_at_once() {
+    let ports: Vec<u16> = (0..300).map(|_| support::free_port()).collect();
+    let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+    assert_eq!(distinct.len(), ports.len(), "a port handed out twice");
+    let held: Vec<std::net::TcpListener> = ports
+        .iter()
+        .map(|&p| {
+            std::net::TcpListener::bind(("127.0.0.1", p))
+                .unwrap_or_else(|e| panic!("port {p} handed out but taken: {e}"))
+        })
+        .collect();
+    assert_eq!(held.len(), 300);
+    // More after that: new ones still.
+    let more = support::free_port();
+    assert!(!distinct.contains(&more), "{more} handed out again");
+    assert!(std::net::TcpListener::bind(("127.0.0.1", more)).is_ok());
+}
+
 // ---- safety checker ----
 
 fn acquired(fence: u64, at: u64, valid: u64) -> Value {

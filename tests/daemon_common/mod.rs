@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::support::safety::{event_name, field, field_u64};
-use crate::support::{check_logs, wait_until, Daemon, DaemonOpts, Proxy, RedisServer, Term};
+use crate::support::{
+    check_logs, wait_until, Daemon, DaemonOpts, Proxy, RedisServer, Reply, RespConn, Term,
+};
 
 /// Lease duration of every test (the support default): 2s.
 pub const LEASE: Duration = Duration::from_secs(2);
@@ -322,4 +324,40 @@ pub fn warn_lines(d: &Daemon) -> Vec<Value> {
         .into_iter()
         .filter(|e| matches!(e["level"].as_str(), Some("WARN" | "ERROR")))
         .collect()
+}
+
+/// The payload of a subscriber's `message` push.
+pub fn payload(reply: Reply) -> Option<String> {
+    match reply {
+        Reply::Array(items) if items.len() == 3 => match &items[2] {
+            Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Subscribes to election `name`'s release channel on `redis` (subscribed when this
+/// returns); the thread returns the first `released` announcement and the wall time (unix
+/// ms) it arrived, `None` if none came within `timeout` (or 16 other messages).
+pub fn watch_release(
+    redis: &RedisServer,
+    name: &str,
+    timeout: Duration,
+) -> std::thread::JoinHandle<Option<(Value, u64)>> {
+    let channel = format!("leaderd:{{{name}}}:released");
+    let mut conn = RespConn::connect(redis.addr(), SLOW).expect("connect to Redis");
+    conn.call(&["SUBSCRIBE", &channel]).expect("SUBSCRIBE");
+    conn.set_timeout(timeout).expect("read timeout");
+    std::thread::spawn(move || {
+        for _ in 0..16 {
+            let text = payload(conn.read_next().ok()?)?;
+            let at = now_ms();
+            let message: Value = serde_json::from_str(&text).unwrap_or_default();
+            if message["event"] == "released" {
+                return Some((message, at));
+            }
+        }
+        None
+    })
 }

@@ -8,6 +8,7 @@ pub mod redis;
 pub mod safety;
 pub mod sentinel;
 pub mod timeshift;
+pub mod tools;
 
 pub use self::daemon::{leaderd_bin, run_cli, CliOutput, Daemon, DaemonOpts};
 pub use self::proxy::Proxy;
@@ -47,32 +48,46 @@ pub fn wait_until<T>(
 /// Never a port that another test process can be handed, nor one that port 0 or an
 /// outgoing connection can take: ports come from blocks below the kernel's ephemeral range,
 /// and a process owns a block while it holds a listener on the block's first port (the
-/// kernel frees it when the process ends), so test binaries can run side by side.
+/// kernel frees it when the process ends), so test binaries can run side by side. A process
+/// keeps every block it claimed and walks each one once: a port is handed out at most once
+/// per process, even if whoever asked has not bound it yet.
 pub fn free_port() -> u16 {
-    static BLOCK: std::sync::Mutex<Option<(TcpListener, u32)>> = std::sync::Mutex::new(None);
-    let mut block = BLOCK.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..PORT_BLOCK * 8 {
-        if let Some((owner, next)) = block.as_mut() {
-            let first = u32::from(owner.local_addr().expect("local_addr").port());
-            while *next < first + PORT_BLOCK {
-                let port = u16::try_from(*next).expect("below the ephemeral range");
-                *next += 1;
-                if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                    return port;
-                }
+    static BLOCKS: std::sync::Mutex<PortBlocks> = std::sync::Mutex::new(PortBlocks {
+        held: Vec::new(),
+        next: 0,
+        end: 0,
+    });
+    let mut blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        while blocks.next < blocks.end {
+            let port = u16::try_from(blocks.next).expect("below the ephemeral range");
+            blocks.next += 1;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
             }
         }
+        // Bounded: every claim is a block this process does not hold yet, and
+        // `claim_port_block` panics once there is none.
         let owner = claim_port_block();
         let first = u32::from(owner.local_addr().expect("local_addr").port());
-        *block = Some((owner, first + 1));
+        blocks.held.push(owner);
+        (blocks.next, blocks.end) = (first + 1, first + PORT_BLOCK);
     }
-    panic!("no free port on 127.0.0.1 below the ephemeral range");
+}
+
+/// The blocks of ports this process owns (their first ports' listeners, held until it
+/// ends), and what is left of the newest one: `next..end`.
+struct PortBlocks {
+    held: Vec<TcpListener>,
+    next: u32,
+    end: u32,
 }
 
 /// Ports per block of `free_port`.
 const PORT_BLOCK: u32 = 64;
 
-/// Binds the first port of a block nobody owns (searching from a place of this process's).
+/// Binds the first port of a block nobody owns, this process included (searching from a
+/// place of this process's); panics when every block below the ephemeral range is taken.
 fn claim_port_block() -> TcpListener {
     const LOW: u32 = 10_000;
     let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -88,7 +103,7 @@ fn claim_port_block() -> TcpListener {
     (0..blocks)
         .map(|i| LOW + (start.wrapping_add(i) % blocks) * PORT_BLOCK)
         .find_map(|first| TcpListener::bind(("127.0.0.1", first as u16)).ok())
-        .expect("a free block of ports below the ephemeral range")
+        .expect("no free port on 127.0.0.1 below the ephemeral range: every block is taken")
 }
 
 /// The minimal ACL line of the docs, as arguments, for `user` with `password`, without the
