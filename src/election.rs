@@ -15,8 +15,11 @@ use crate::lease::{
 use crate::lease::{HandoverRequest, Reservation};
 use crate::state::TermView;
 
+mod began;
 mod events;
 mod handover;
+pub use began::Began;
+use began::Origin;
 pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
 #[cfg(feature = "daemon")]
 pub(crate) use handover::target as handover_target;
@@ -244,6 +247,7 @@ async fn follow<L: Lease, E: ElectionEvents>(
     }
     releases.mark_seen();
     inputs.candidates.mark_unchanged();
+    let mut origin = Origin::default();
     loop {
         if inputs.shutdown.is_cancelled() {
             return None;
@@ -263,11 +267,12 @@ async fn follow<L: Lease, E: ElectionEvents>(
         let mut sight = match outcome {
             Ok(Acquire::Acquired(term)) if term.is_valid() => {
                 reporter.acquire_result(AcquireResult::Acquired);
+                reporter.began(&term, origin.began);
                 return Some(term);
             }
             Ok(Acquire::Acquired(term)) => {
                 undo_expired_grant(lease, t.command_timeout, reporter, &term).await;
-                Sight::unknown(Instant::now() + jittered(t.retry_period, t.jitter))
+                Sight::unknown(Instant::now() + jittered(t.retry_period, t.jitter), origin)
             }
             Ok(Acquire::Denied(seen)) => {
                 if contend {
@@ -277,7 +282,7 @@ async fn follow<L: Lease, E: ElectionEvents>(
                 if disowned(lease, held_by(&seen), me, t.command_timeout).await {
                     continue;
                 }
-                Sight::read(seen, sent, jittered(t.retry_period, t.jitter))
+                Sight::read(seen, sent, jittered(t.retry_period, t.jitter), origin, me)
             }
             Err(err) => {
                 if contend {
@@ -285,7 +290,7 @@ async fn follow<L: Lease, E: ElectionEvents>(
                 }
                 reporter.redis_failed(&err);
                 // Redis cannot be reached: poll every retry_period with jitter (contract).
-                Sight::unknown(Instant::now() + jittered(t.retry_period, t.jitter))
+                Sight::unknown(Instant::now() + jittered(t.retry_period, t.jitter), origin)
             }
         };
         loop {
@@ -335,6 +340,7 @@ async fn follow<L: Lease, E: ElectionEvents>(
                 _ = inputs.shutdown.cancelled() => return None,
             }
         }
+        origin = sight.origin;
     }
 }
 
@@ -358,6 +364,8 @@ struct Sight {
     at: Instant,
     /// When to attempt again at the latest while polling.
     poll_at: Instant,
+    /// How a term won now would begin.
+    origin: Origin,
 }
 
 /// Whether the follower attempts at once or keeps waiting.
@@ -368,19 +376,30 @@ enum Next {
 }
 
 impl Sight {
-    fn unknown(poll_at: Instant) -> Self {
+    fn unknown(poll_at: Instant, origin: Origin) -> Self {
         Sight {
             seen: None,
             at: Instant::now(),
             poll_at,
+            origin,
         }
     }
 
-    fn read(seen: Observed, sent: Instant, retry: Duration) -> Self {
-        Sight {
+    fn read(seen: Observed, sent: Instant, retry: Duration, origin: Origin, me: &str) -> Self {
+        let mut sight = Sight {
             seen: Some(seen),
             at: sent,
             poll_at: Instant::now() + retry,
+            origin,
+        };
+        sight.learn_origin(sent, me);
+        sight
+    }
+
+    /// Updates how a term won now would begin from what was just learned at `at`.
+    fn learn_origin(&mut self, at: Instant, me: &str) {
+        if let Some(seen) = &self.seen {
+            self.origin.learn(seen, at, self.expiry(), me);
         }
     }
 
@@ -431,9 +450,10 @@ impl Sight {
         Some(seen)
     }
 
-    fn learn<E: ElectionEvents>(&mut self, seen: Observed, at: Instant, reporter: &E) {
+    fn learn<E: ElectionEvents>(&mut self, seen: Observed, at: Instant, me: &str, reporter: &E) {
         self.seen = Some(seen);
         self.at = at;
+        self.learn_origin(at, me);
         if let Some(now) = self.now() {
             reporter.observed(&now);
         }
@@ -459,7 +479,7 @@ impl Sight {
             Observed::Reserved { for_identity, .. } => for_identity == me,
             _ => false,
         };
-        self.learn(seen, sent, reporter);
+        self.learn(seen, sent, me, reporter);
         if urgent && contend {
             Next::Attempt
         } else {
@@ -501,6 +521,7 @@ fn heard<E: ElectionEvents>(
                 sight.learn(
                     announced(holder, fence, address, t.lease_duration),
                     now,
+                    me,
                     reporter,
                 );
             }
@@ -517,12 +538,15 @@ fn heard<E: ElectionEvents>(
                 fence,
                 remaining: Some(handover_window(t)),
             };
-            sight.learn(reserved, now, reporter);
+            sight.learn(reserved, now, me, reporter);
             Next::Wait
         }
-        Some(Announcement::Released { .. }) if contend => Next::Attempt,
+        Some(Announcement::Released { reserved_for, .. }) if contend => {
+            sight.origin.released(reserved_for.as_deref() == Some(me));
+            Next::Attempt
+        }
         Some(Announcement::Released { .. }) => {
-            sight.learn(Observed::Vacant, now, reporter);
+            sight.learn(Observed::Vacant, now, me, reporter);
             Next::Wait
         }
     }

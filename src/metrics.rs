@@ -13,7 +13,7 @@ use prometheus::{
 use tokio::time::Instant;
 
 use crate::conn::FailureKind;
-use crate::election::{AcquireResult, RenewResult, StepDown};
+use crate::election::{AcquireResult, Began, RenewResult, StepDown};
 use crate::state::Snapshot;
 
 mod outputs;
@@ -31,7 +31,8 @@ const HEALTHY_HELP: &str = "1 while the local health check passes or none is con
 const REMAINING_HELP: &str =
     "Seconds until the current term's lease validity ends; 0 when not leader.";
 const FENCE_HELP: &str = "Fencing token of this replica's current term; 0 when not leader.";
-const TRANSITIONS_HELP: &str = "Terms this replica has begun.";
+const TRANSITIONS_HELP: &str =
+    "Terms this replica has begun, by how the lease became free (counted by the new leader).";
 const ACQUIRE_HELP: &str = "Attempts to acquire the lease, by result.";
 const RENEWALS_HELP: &str = "Attempts to renew the lease, by result.";
 const RENEW_DURATION_HELP: &str = "Round trip of each renew of the lease, in seconds.";
@@ -52,7 +53,7 @@ pub struct Metrics {
     healthy: IntGauge,
     lease_remaining: Gauge,
     fence: IntGauge,
-    transitions: IntCounter,
+    transitions: IntCounterVec,
     acquire_attempts: IntCounterVec,
     renewals: IntCounterVec,
     renew_duration: Histogram,
@@ -78,7 +79,13 @@ impl Metrics {
             healthy: int_gauge(r, "leaderd_healthy", HEALTHY_HELP),
             lease_remaining: float_gauge(r, "leaderd_lease_remaining_seconds", REMAINING_HELP),
             fence: int_gauge(r, "leaderd_fence", FENCE_HELP),
-            transitions: counter(r, "leaderd_leader_transitions_total", TRANSITIONS_HELP),
+            transitions: counters(
+                r,
+                "leaderd_leader_transitions_total",
+                TRANSITIONS_HELP,
+                "began",
+                &Began::ALL.map(Began::as_str),
+            ),
             acquire_attempts: counters(
                 r,
                 "leaderd_acquire_attempts_total",
@@ -138,9 +145,9 @@ impl Metrics {
             .set(n(unhealthy));
     }
 
-    /// Counts a term this replica has begun.
-    pub fn transition(&self) {
-        self.transitions.inc();
+    /// Counts a term this replica has begun, by how it began.
+    pub fn transition(&self, began: Began) {
+        self.transitions.with_label_values(&[began.as_str()]).inc();
     }
 
     /// Counts an acquire attempt.
@@ -297,6 +304,9 @@ mod tests {
             "leaderd_is_leader{name=\"e1\"} 0",
             "leader_election_master_status{name=\"e1\"} 0",
             "leaderd_acquire_attempts_total{name=\"e1\",result=\"held\"} 0",
+            "leaderd_leader_transitions_total{began=\"first\",name=\"e1\"} 0",
+            "leaderd_leader_transitions_total{began=\"handover\",name=\"e1\"} 0",
+            "leaderd_leader_transitions_total{began=\"quarantine\",name=\"e1\"} 0",
             "leaderd_step_downs_total{name=\"e1\",reason=\"child_exit\"} 0",
             "leaderd_redis_errors_total{kind=\"auth\",name=\"e1\"} 0",
             "leaderd_build_info{name=\"e1\",version=\"0.1.0\"} 1",

@@ -279,8 +279,14 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
     assert_eq!(m(&metrics_text, "leaderd_is_leader", &[]), 1.0);
     assert_eq!(m(&metrics_text, "leader_election_master_status", &[]), 1.0);
     assert_eq!(m(&metrics_text, "leaderd_fence", &[]), fence as f64);
+    // A fresh Redis: the election's first term begins after its quarantine.
+    let after_quarantine = [("began", "quarantine")];
     assert_eq!(
-        m(&metrics_text, "leaderd_leader_transitions_total", &[]),
+        m(
+            &metrics_text,
+            "leaderd_leader_transitions_total",
+            &after_quarantine
+        ),
         1.0
     );
     let acquired_count = [("result", "acquired")];
@@ -350,6 +356,13 @@ fn metric_value(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64
     daemon_common::metric(text, metric, labels)
 }
 
+/// `leaderd_leader_transitions_total{began}` of `d`.
+fn began(d: &support::Daemon, how: &str) -> f64 {
+    let (_, text) = d.get("/metrics");
+    let labels = [("began", how)];
+    metric_value(&text, "leaderd_leader_transitions_total", &labels).expect("transitions")
+}
+
 #[test]
 fn sigterm_leader_exits_0_and_hands_over_quickly() {
     let mut c = Cluster::start("sigterm", 3, false, "");
@@ -407,6 +420,12 @@ fn sigterm_leader_exits_0_and_hands_over_quickly() {
         "handover took {handover}ms (bound {HANDOVER_BOUND_MS}ms)"
     );
     assert!(fence2 > fence1);
+    // Counted by the successor, which lives on: the old leader's count exits with it.
+    assert_eq!(
+        began(&c.daemons[n], "handover"),
+        1.0,
+        "the reserved release's term"
+    );
     // Each stream delivered the old document at once, then the change.
     for stream in streams {
         let (code, body) = stream.join().expect("events reader");
@@ -547,6 +566,11 @@ fn sigkill_leader_is_replaced_once_its_lease_expires() {
     let most = SIGKILL_LEASE_MS + EXPIRY_BOUND_MS;
     assert!(took < most, "took {took}ms to replace a dead leader");
     assert!(doc["fence"].as_u64().unwrap() > fence);
+    assert_eq!(
+        began(&c.daemons[n], "expiry"),
+        1.0,
+        "the dead leader's lease expired"
+    );
 
     // The dead leader's file is stale but carries its validity, which has passed.
     let file = c.daemons[l].file_doc().expect("dead leader's file");

@@ -29,7 +29,8 @@ ELECTION = {"name": None}
 # Metric -> label -> allowed values (None: any value). From the contract's metrics table.
 CONTRACT: dict[str, dict[str, set[str] | None]] = {
     "leaderd_is_leader": {},
-    "leaderd_leader_transitions_total": {},
+    "leaderd_leader_transitions_total": {"began": {"first", "release", "expiry", "handover",
+                                                   "quarantine"}},
     "leaderd_acquire_attempts_total": {"result": {"acquired", "held", "error"}},
     "leaderd_renewals_total": {"result": {"ok", "lost", "error"}},
     "leaderd_renew_duration_seconds_bucket": {"le": None},
@@ -160,7 +161,6 @@ def synthetic_series() -> list[dict[str, str]]:
             series += [
                 {"series": f"leaderd_is_leader{{{base}}}", "values": f"{int(leader)}x60"},
                 {"series": f"leader_election_master_status{{{base}}}", "values": f"{int(leader)}x60"},
-                {"series": f"leaderd_leader_transitions_total{{{base}}}", "values": "0+0.1x60"},
                 {"series": f"leaderd_lease_remaining_seconds{{{base}}}",
                  "values": "14x60" if leader else "0x60"},
                 {"series": f"leaderd_fence{{{base}}}",
@@ -176,7 +176,8 @@ def synthetic_series() -> list[dict[str, str]]:
             for le, step in (("0.001", 5), ("0.005", 25), ("0.01", 29), ("0.1", 30), ("+Inf", 30)):
                 series.append({"series": f'leaderd_renew_duration_seconds_bucket{{{base},le="{le}"}}',
                                "values": f"0+{step}x60"})
-            for metric, label in (("leaderd_acquire_attempts_total", "result"),
+            for metric, label in (("leaderd_leader_transitions_total", "began"),
+                                  ("leaderd_acquire_attempts_total", "result"),
                                   ("leaderd_renewals_total", "result"),
                                   ("leaderd_step_downs_total", "reason"),
                                   ("leaderd_redis_errors_total", "kind")):

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::election::{AcquireResult, ElectionEvents, RenewResult, StepDown};
+use crate::election::{AcquireResult, Began, ElectionEvents, RenewResult, StepDown};
 use crate::lease::{unix_ms, LeaseError, Observed, Term};
 use crate::metrics::Metrics;
 use crate::state::{Phase, Progress, Snapshot, TermView};
@@ -232,10 +232,14 @@ impl ElectionEvents for Reporter {
         self.failed(err);
     }
 
+    /// Counted here, on the replica whose term begins, which lives on (README, "Metrics").
+    fn began(&self, _term: &Term, how: Began) {
+        self.metrics.transition(how);
+    }
+
     /// A term has begun: publish it and log `acquired`.
     fn acquired(&self, term: &Term) {
         self.recovered();
-        self.metrics.transition();
         *self.first_seen.lock().expect("reporter lock") =
             Some((Some(self.identity.clone()), Some(term.fence)));
         self.state.send_modify(|s| {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::StepDown;
+use super::{Began, StepDown};
 use crate::lease::{HandoverRequest, LeaseError, Observed, Term};
 
 /// Receives every transition of the elector, in order. Every method does nothing by
@@ -26,6 +26,8 @@ pub trait ElectionEvents: Send + Sync {
     fn observed(&self, _seen: &Observed) {}
     /// A Redis call failed.
     fn redis_failed(&self, _err: &LeaseError) {}
+    /// A term is about to begin (just before [`acquired`](Self::acquired)), and how.
+    fn began(&self, _term: &Term, _how: Began) {}
     /// A term has begun (before the work starts).
     fn acquired(&self, _term: &Term) {}
     /// A renew ended with `result` after `took`.

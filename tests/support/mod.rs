@@ -3,6 +3,7 @@
 
 pub mod daemon;
 pub mod monitor;
+pub mod prometheus;
 pub mod proxy;
 pub mod redis;
 pub mod safety;

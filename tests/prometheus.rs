@@ -1,0 +1,396 @@
+//! A real Prometheus (Debian's, run on its own loopback port) scraping live replicas every
+//! second, evaluating `deploy/prometheus/alerts.yaml` every second, and every query of
+//! `deploy/grafana/leaderd.json`, through real faults; asserted through Prometheus's HTTP API.
+//!
+//! The rules' windows are scaled down tenfold by a rule file generated from the real one
+//! (`for: 2m` runs as 12 s, `[10m]` as 60 s; thresholds unchanged), so the run takes about two
+//! minutes; the replicas' own timings (lease 3 s, renew deadline 2 s, retry 500 ms) are not
+//! scaled. Four elections run side by side, each with its own fault, and each alert is
+//! asserted for the election whose fault is its point:
+//! - `rollout`: two rolling updates that restart the leader each time (6 graceful handovers);
+//! - `pause`: the leader SIGSTOPped for 6 s (two leases), then resumed;
+//! - `outage`: its Redis killed until its alerts fire, then started again (empty);
+//! - `split`: two replicas of one election on two Redis servers, a real split brain.
+
+mod exec_common;
+mod support;
+
+use std::time::Duration;
+
+use exec_common::{wait_leader, SLOW};
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use support::prometheus::{prometheus_bin, scale_rules, unix_s, Prometheus, Target};
+use support::{wait_until, Daemon, DaemonOpts, RedisServer};
+
+/// The rules' windows are divided by this.
+const SCALE: u64 = 10;
+const SCRAPE: Duration = Duration::from_secs(1);
+/// One scrape, one evaluation and a poll, and as much again on a loaded machine (seconds).
+const SLACK: f64 = 5.0;
+const POLL: Duration = Duration::from_millis(200);
+/// Scaled windows of the rules (seconds): MultipleLeaders' claim window and `for:`,
+/// RedisErrors' rate window and `for:`, NoLeader's `for:`, Flapping's window.
+const SPLIT_WINDOW: f64 = 12.0;
+const SPLIT_FOR: f64 = 3.0;
+const ERRORS_WINDOW: f64 = 6.0;
+const ERRORS_FOR: f64 = 12.0;
+const NO_LEADER_FOR: f64 = 6.0;
+const FLAPPING_WINDOW: f64 = 60.0;
+/// Rolling updates of the `rollout` election, each a handover per replica.
+const ROLLOUTS: usize = 2;
+
+fn opts(name: &str, identity: &str, url: &str) -> DaemonOpts {
+    let mut o = DaemonOpts::new(name, identity, url);
+    o.lease = "3s".into();
+    o.renew_deadline = "2s".into();
+    o.retry = "500ms".into();
+    o.command_timeout = "300ms".into();
+    o
+}
+
+fn election(name: &str, url: &str) -> Vec<Daemon> {
+    (1..=3)
+        .map(|i| Daemon::spawn(&opts(name, &format!("{name}-{i}"), url)))
+        .collect()
+}
+
+fn all(e: &[Daemon]) -> Vec<usize> {
+    (0..e.len()).collect()
+}
+
+fn others(e: &[Daemon], but: usize) -> Vec<usize> {
+    (0..e.len()).filter(|&i| i != but).collect()
+}
+
+fn is_leader(d: &Daemon) -> bool {
+    d.status_doc()
+        .is_some_and(|s| s["is_leader"] == Value::Bool(true))
+}
+
+/// Seconds until `/api/v1/alerts` shows `alert` of election `name` in `state` (`None`: not
+/// at all), polled for at most `within` seconds.
+fn wait_alert(
+    prom: &Prometheus,
+    alert: &str,
+    name: &str,
+    state: Option<&str>,
+    within: f64,
+) -> Option<f64> {
+    let start = unix_s();
+    wait_until(Duration::from_secs_f64(within), POLL, || {
+        let alerts = prom.alerts();
+        let now = alerts.iter().find(|a| a.is(alert, name));
+        (now.map(|a| a.state.as_str()) == state).then(|| unix_s() - start)
+    })
+}
+
+/// The evaluation times at which `alert` of `name` was in `state` over the last `span` s.
+fn history(prom: &Prometheus, alert: &str, name: &str, state: &str, span: u64) -> Vec<f64> {
+    let selector =
+        format!("ALERTS{{alertname=\"{alert}\",name=\"{name}\",alertstate=\"{state}\"}}");
+    let mut times: Vec<f64> = prom
+        .samples(&selector, span)
+        .iter()
+        .flat_map(|s| s.values.iter().map(|(t, _)| *t))
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times
+}
+
+/// Terms of election `name` that began `began` over the last `span` s, counted from the
+/// samples of every replica (restarts included).
+fn terms(prom: &Prometheus, name: &str, began: &str, span: u64) -> f64 {
+    let selector = format!("leaderd_leader_transitions_total{{name=\"{name}\",began=\"{began}\"}}");
+    prom.samples(&selector, span)
+        .iter()
+        .map(|s| s.counter_increase())
+        .sum()
+}
+
+/// Two rolling updates that restart the leader each time (the worst order: every restart
+/// moves leadership). Returns when each handover began.
+fn rolling_updates(e: &mut [Daemon]) -> Vec<f64> {
+    let mut moves = Vec::new();
+    for _ in 0..ROLLOUTS * e.len() {
+        let leader = wait_leader(e, &all(e), SLOW);
+        let at = unix_s();
+        e[leader].signal(Signal::SIGTERM);
+        assert_eq!(e[leader].wait_exit(SLOW), Some(0), "SIGTERM exits 0");
+        wait_leader(e, &others(e, leader), SLOW);
+        e[leader].restart();
+        moves.push(at);
+        // Each term lasts a few scrapes, as in a rollout that waits for readiness.
+        std::thread::sleep(Duration::from_secs_f64((at + 3.0 - unix_s()).max(0.0)));
+    }
+    moves
+}
+
+/// SIGSTOPs the leader for two leases, resumes it, and checks that LeaderdLeaderSteppedDown
+/// fires within a scrape and an evaluation of its step-down (it says a leader lost its term).
+fn pause_the_leader(e: &mut [Daemon], prom: &Prometheus) {
+    std::thread::sleep(Duration::from_secs(3));
+    let leader = wait_leader(e, &all(e), SLOW);
+    let stopped = unix_s();
+    e[leader].signal(Signal::SIGSTOP);
+    wait_leader(e, &others(e, leader), SLOW);
+    std::thread::sleep(Duration::from_secs_f64((stopped + 6.0 - unix_s()).max(0.0)));
+    e[leader].signal(Signal::SIGCONT);
+    let fired = wait_alert(
+        prom,
+        "LeaderdLeaderSteppedDown",
+        "pause",
+        Some("firing"),
+        30.0,
+    );
+    let fired = fired.expect("LeaderdLeaderSteppedDown fires after the paused leader resumes");
+    println!("pause: LeaderdLeaderSteppedDown firing {fired:.1} s after SIGCONT");
+    assert!(fired <= SLACK, "fired {fired:.1} s after SIGCONT");
+}
+
+/// What the `outage` election's alerts did, in seconds from Redis going down (`fired`) or
+/// coming back (`cleared`).
+struct Outage {
+    down: f64,
+    errors_fired: f64,
+    errors_cleared: f64,
+    no_leader_cleared: f64,
+    back_at: f64,
+}
+
+/// Kills the election's Redis until LeaderdRedisErrors and LeaderdNoLeader fire (during the
+/// fault, as they must), then starts it again and measures how long they take to resolve.
+fn redis_outage(redis: &mut RedisServer, prom: &Prometheus) -> Outage {
+    std::thread::sleep(Duration::from_secs(3));
+    let down = unix_s();
+    redis.stop();
+    let bound = ERRORS_WINDOW + ERRORS_FOR + 2.0 * SLACK;
+    let errors = wait_alert(prom, "LeaderdRedisErrors", "outage", Some("firing"), bound);
+    let errors_fired = errors.expect("LeaderdRedisErrors fires while Redis is down");
+    let no_leader = wait_alert(prom, "LeaderdNoLeader", "outage", Some("firing"), bound);
+    no_leader.expect("LeaderdNoLeader fires while Redis is down");
+    let stepped = wait_alert(
+        prom,
+        "LeaderdLeaderSteppedDown",
+        "outage",
+        Some("firing"),
+        SLACK,
+    );
+    stepped.expect("LeaderdLeaderSteppedDown (deadline) fires while Redis is down");
+    let back_at = unix_s();
+    redis.start_again();
+    let within = ERRORS_WINDOW + 2.0 * SLACK;
+    let errors_cleared = wait_alert(prom, "LeaderdRedisErrors", "outage", None, within)
+        .expect("LeaderdRedisErrors resolves within its rate window of Redis coming back");
+    let no_leader_cleared = wait_alert(prom, "LeaderdNoLeader", "outage", None, within)
+        .map(|_| unix_s() - back_at)
+        .expect("LeaderdNoLeader resolves once a term begins after the quarantine");
+    Outage {
+        down,
+        errors_fired,
+        errors_cleared,
+        no_leader_cleared,
+        back_at,
+    }
+}
+
+/// Every `expr` of the Grafana dashboard, with its panel's title.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/leaderd.json");
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("dashboard"))
+        .expect("dashboard JSON");
+    let mut panels: Vec<Value> = dash["panels"].as_array().cloned().unwrap_or_default();
+    let nested: Vec<Value> = panels
+        .iter()
+        .flat_map(|p| p["panels"].as_array().cloned().unwrap_or_default())
+        .collect();
+    panels.extend(nested);
+    let mut out = Vec::new();
+    for p in &panels {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            if let Some(expr) = t["expr"].as_str() {
+                out.push((
+                    p["title"].as_str().unwrap_or("?").to_owned(),
+                    expr.to_owned(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
+    prometheus_bin();
+    let mut redis = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let mut rollout = election("rollout", &redis[0].url());
+    let mut pause = election("pause", &redis[0].url());
+    let outage = election("outage", &redis[1].url());
+    // split-2's Redis comes up once Prometheus runs, so that it sees the overlap begin.
+    redis[2].stop();
+    let split = [
+        Daemon::spawn(&opts("split", "split-1", &redis[0].url())),
+        Daemon::spawn(&opts("split", "split-2", &redis[2].url())),
+    ];
+    let targets: Vec<Target> = [&rollout[..], &pause, &outage, &split]
+        .iter()
+        .flat_map(|e| e.iter())
+        .map(|d| Target {
+            addr: format!("127.0.0.1:{}", d.http_port()),
+            pod: d.identity().to_owned(),
+        })
+        .collect();
+    let real = include_str!("../deploy/prometheus/alerts.yaml");
+    let rules = scale_rules(real, SCALE);
+    assert!(rules.contains("[60s]"), "scaled:\n{rules}");
+    let prom = Prometheus::start(&targets, &rules, SCRAPE);
+    let t0 = unix_s();
+
+    for e in [&rollout, &pause, &outage] {
+        wait_leader(e, &all(e), SLOW);
+    }
+    redis[2].start_again();
+    wait_until(SLOW, POLL, || split.iter().all(is_leader).then_some(()))
+        .expect("each split replica leads on its own Redis");
+    let split_from = unix_s();
+
+    let (moves, out) = std::thread::scope(|s| {
+        let moves = s.spawn(|| rolling_updates(&mut rollout));
+        s.spawn(|| pause_the_leader(&mut pause, &prom));
+        let out = s.spawn(|| redis_outage(&mut redis[1], &prom));
+        let split_fired = wait_alert(
+            &prom,
+            "LeaderdMultipleLeaders",
+            "split",
+            Some("firing"),
+            60.0,
+        );
+        assert!(
+            split_fired.is_some(),
+            "LeaderdMultipleLeaders fires for a split brain"
+        );
+        (moves.join().expect("rollout"), out.join().expect("outage"))
+    });
+
+    // Flapping: two rollouts go past its threshold; it must stay pending at most and end
+    // once its window has passed the last handover.
+    let last = *moves.last().expect("handovers");
+    let left = (last + FLAPPING_WINDOW + 2.0 * SLACK - unix_s()).max(1.0);
+    let flapping = wait_alert(&prom, "LeaderdLeadershipFlapping", "rollout", None, left);
+    assert!(
+        flapping.is_some(),
+        "LeaderdLeadershipFlapping still active {left:.0} s after the window"
+    );
+
+    let span = (unix_s() - t0).ceil() as u64 + 10;
+    let never = |alert: &str, name: &str, state: &str| {
+        let seen = history(&prom, alert, name, state, span);
+        assert!(
+            seen.is_empty(),
+            "{alert} {name} was {state} at {seen:?} (run began {t0:.1})"
+        );
+    };
+    // A clean handover or a failover never looks like a split brain, not even pending.
+    for name in ["rollout", "pause", "outage"] {
+        never("LeaderdMultipleLeaders", name, "pending");
+    }
+    // Neither a rollout nor a failover within a lease pages anyone.
+    never("LeaderdLeadershipFlapping", "rollout", "firing");
+    never("LeaderdNoLeader", "rollout", "firing");
+    never("LeaderdNoLeader", "pause", "firing");
+    never("LeaderdFrequentHandovers", "rollout", "firing");
+    // An outage is not a renewal problem: the leader steps down and renewals stop.
+    never("LeaderdRenewalsFailing", "outage", "firing");
+
+    // A real split brain goes pending only once both claims have lasted the whole window.
+    let pending = history(&prom, "LeaderdMultipleLeaders", "split", "pending", span);
+    let firing = history(&prom, "LeaderdMultipleLeaders", "split", "firing", span);
+    let (p, f) = (pending[0] - split_from, firing[0] - split_from);
+    println!("split: MultipleLeaders pending at +{p:.1} s, firing at +{f:.1} s of both leading");
+    assert!(p >= SPLIT_WINDOW - 2.0, "pending after {p:.1} s of overlap");
+    assert!(
+        f <= SPLIT_WINDOW + SPLIT_FOR + SLACK,
+        "firing after {f:.1} s"
+    );
+
+    let no_leader = history(&prom, "LeaderdNoLeader", "outage", "firing", span);
+    let no_leader_fired = no_leader.first().expect("NoLeader fired") - out.down;
+    println!(
+        "outage: RedisErrors firing at +{:.1} s, NoLeader at +{no_leader_fired:.1} s of Redis \
+         down; resolved {:.1} s and {:.1} s after it came back",
+        out.errors_fired, out.errors_cleared, out.no_leader_cleared
+    );
+    // NoLeader waits for its for: after the leader's step-down at renew_deadline (2 s).
+    assert!(
+        no_leader_fired >= NO_LEADER_FOR,
+        "NoLeader fired before its for:"
+    );
+    let errors = (ERRORS_FOR, ERRORS_FOR + ERRORS_WINDOW + SLACK);
+    assert!(
+        (errors.0..=errors.1).contains(&out.errors_fired),
+        "RedisErrors firing {:.1} s into the outage, not within {errors:?}",
+        out.errors_fired
+    );
+    assert!(
+        out.errors_cleared <= ERRORS_WINDOW + SLACK,
+        "RedisErrors resolved {:.1} s after Redis came back",
+        out.errors_cleared
+    );
+    let renewals = history(&prom, "LeaderdRenewalsFailing", "outage", "pending", span);
+    let late = renewals
+        .iter()
+        .filter(|&&t| t > out.back_at + ERRORS_WINDOW + SLACK);
+    assert_eq!(
+        late.count(),
+        0,
+        "RenewalsFailing after the outage: {renewals:?}"
+    );
+
+    // Graceful step-downs are counted by the replicas that took over.
+    let handovers = terms(&prom, "rollout", "handover", span);
+    let shutdowns: f64 = prom
+        .samples(
+            "leaderd_step_downs_total{name=\"rollout\",reason=\"shutdown\"}",
+            span,
+        )
+        .iter()
+        .map(|s| s.counter_increase())
+        .sum();
+    println!(
+        "rollout: {handovers} terms began by handover; {shutdowns} shutdown step-downs scraped"
+    );
+    assert_eq!(
+        handovers,
+        moves.len() as f64,
+        "every handover is counted once"
+    );
+    assert_eq!(
+        terms(&prom, "pause", "expiry", span),
+        1.0,
+        "the paused leader's lease expired"
+    );
+    assert!(
+        terms(&prom, "outage", "quarantine", span) >= 1.0,
+        "a term after the empty Redis"
+    );
+
+    // Every dashboard query returns data over the run.
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 20, "{} dashboard queries", queries.len());
+    let end = unix_s();
+    for (title, expr) in &queries {
+        let q = expr
+            .replace("$name", "rollout|pause|outage|split")
+            .replace("$__rate_interval", "4s")
+            .replace("$__range", &format!("{}s", (end - t0).ceil()));
+        let result = prom.query_range(&q, t0, end, 1.0);
+        let data = result
+            .iter()
+            .any(|s| s["values"].as_array().is_some_and(|v| !v.is_empty()));
+        assert!(data, "panel {title:?}: no data for {q}");
+    }
+}
