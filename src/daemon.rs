@@ -144,6 +144,17 @@ fn candidates_reader<L: Lease>(lease: Arc<L>, config: &Config) -> crate::http::R
     })
 }
 
+/// Publishes the health verdict (the status document's `healthy`) as it changes, until the
+/// checks end.
+async fn publish_health(mut healthy: watch::Receiver<bool>, reporter: Reporter) {
+    loop {
+        reporter.set_healthy(*healthy.borrow_and_update());
+        if healthy.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Runs the daemon over any lease; `proxy` is the bound `proxy.listen`, if any.
 async fn run_with<L: Lease>(
     lease: Arc<L>,
@@ -245,11 +256,10 @@ async fn run_with<L: Lease>(
     let reporter =
         Reporter::new(&config.identity, state_tx, metrics, progress).with_outputs(outputs);
     let stop_checks = CancellationToken::new();
-    let healthy = crate::health::watch_health(
-        config.election.health_check.clone(),
-        reporter.clone(),
-        stop_checks.clone(),
-    );
+    let healthy =
+        crate::health::watch_health(config.election.health_check.clone(), stop_checks.clone());
+    reporter.set_healthy(*healthy.borrow());
+    tokio::spawn(publish_health(healthy.clone(), reporter.clone()));
     let inputs = Inputs {
         shutdown: shutdown.clone(),
         yields,

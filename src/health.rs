@@ -13,7 +13,6 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HealthCheckConfig;
-use crate::daemon::Reporter;
 use crate::exec::Ended;
 
 /// Why one check failed.
@@ -99,17 +98,15 @@ impl Tracker {
 }
 
 /// Starts checking health when `config` is set, until `shutdown`; the receiver carries the
-/// verdict (always true without a check). The reporter's `healthy` follows it.
+/// verdict (false until the first check passes; always true without a check).
 pub fn watch_health(
     config: Option<HealthCheckConfig>,
-    reporter: Reporter,
     shutdown: CancellationToken,
 ) -> watch::Receiver<bool> {
     let Some(config) = config else {
         return watch::channel(true).1;
     };
     let (tx, rx) = watch::channel(false);
-    reporter.set_healthy(false);
     tokio::spawn(async move {
         let mut tracker = Tracker::new(config.failures);
         let mut ticks = tokio::time::interval(config.period);
@@ -132,7 +129,6 @@ pub fn watch_health(
                     Err(err) => tracing::warn!(event = "health_changed", healthy, error = %err,
                         "unhealthy after {} failed check(s): {err}", config.failures),
                 }
-                reporter.set_healthy(healthy);
                 let _ = tx.send(healthy);
             }
         }
