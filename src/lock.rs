@@ -33,7 +33,6 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Mutex};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -81,7 +80,8 @@ struct Hold {
     term: Arc<StdMutex<Term>>,
     loss: watch::Receiver<Option<LossReason>>,
     stop: CancellationToken,
-    watchdog: JoinHandle<()>,
+    /// Held by the watchdog while a renew is in flight.
+    renewing: Arc<Mutex<()>>,
 }
 
 /// A reentrant lock over one lease. Cheap to clone; clones are the same holder.
@@ -171,19 +171,20 @@ impl<L: Lease> Locker<L> {
         let (tx, rx) = watch::channel(None);
         let term = Arc::new(StdMutex::new(term));
         let stop = CancellationToken::new();
-        let watchdog = tokio::spawn(watchdog(
+        let renewing = Arc::new(Mutex::new(()));
+        tokio::spawn(watchdog(
             self.client.clone(),
             term.clone(),
             self.config,
             tx,
-            stop.clone(),
+            (stop.clone(), renewing.clone()),
         ));
         let new = Hold {
             count: 1,
             term,
             loss: rx,
             stop,
-            watchdog,
+            renewing,
         };
         let guard = self.guard(&new);
         *hold = Some(new);
@@ -208,9 +209,10 @@ impl<L: Lease> Locker<L> {
             return Ok(true);
         }
         let held = hold.take().expect("checked above");
-        // Stop the watchdog and wait for an in-flight renew, so release is ordered after it.
+        // Stop the watchdog and wait for an in-flight renew, so release is ordered after it
+        // (without waiting for the watchdog's task to end: it ends when next polled).
         held.stop.cancel();
-        let _ = held.watchdog.await;
+        let _ = held.renewing.lock().await;
         let term = held.term.lock().map(|t| t.clone()).ok();
         match term {
             Some(term) => {
@@ -322,7 +324,7 @@ async fn watchdog<L: Lease>(
     term: Arc<StdMutex<Term>>,
     config: WatchdogConfig,
     loss: watch::Sender<Option<LossReason>>,
-    stop: CancellationToken,
+    (stop, renewing): (CancellationToken, Arc<Mutex<()>>),
 ) {
     loop {
         // Never sleep past the renew deadline: after a failed renew, the loss must be
@@ -334,6 +336,10 @@ async fn watchdog<L: Lease>(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(wake) => {}
+        }
+        let _renewing = renewing.lock().await;
+        if stop.is_cancelled() {
+            return; // released meanwhile: no renew after the release
         }
         let Ok(mut current) = term.lock().map(|t| t.clone()) else {
             return;
