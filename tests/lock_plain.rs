@@ -119,9 +119,9 @@ async fn renews_with_the_servers_commands(server: &str) {
     let (delifeq, delex) = (calls(&redis, "delifeq"), calls(&redis, "delex"));
     let stats = redis.cmd(&["INFO", "commandstats"]);
     if server == "valkey9" {
-        // 2 s / 200 ms: about 10 renewals, each a `SET .. IFEQ .. PX`.
+        // 2 s / 200 ms: about 10 renewals, each a `SET .. IFEQ .. PX`, after the acquire.
         assert!(
-            set >= 1 + 5,
+            set > 5,
             "{set} SETs: the renewals are not SET IFEQ\n{stats}"
         );
         assert_eq!(
