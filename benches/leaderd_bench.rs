@@ -3,7 +3,8 @@
 //! Runs leaderd against real `redis-server` processes on loopback and prints the tables of
 //! BENCHMARKS.md; writes them to `target/leaderd-bench/results.md` (and `.json`).
 //! Sections: handover, crash, steady, herd, lock, proxy, followers (default: all). `BENCH_LOCK_ONLY=rslock,lease`
-//! limits the lock section to some of floor, rslock, lease, locker.
+//! limits the lock section to some of floor, rslock, election, lease, locker, plain;
+//! `BENCH_LOCK_SERVERS=redis,valkey9` (the default) names the servers it runs on (also valkey8).
 
 #[path = "../tests/support/mod.rs"]
 mod support;

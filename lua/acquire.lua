@@ -6,7 +6,9 @@
 -- ARGV[4] the client's wall clock in ms (published as acquired_at_ms), ARGV[5] the address
 -- the holder advertises ('' for none), ARGV[6] '1' to announce the grant here, '0' when the
 -- caller confirms it later (WAIT, Redlock: lua/announce.lua); until then the lease is marked
--- unconfirmed and reported without a holder, so nobody names a leader whose term may be undone.
+-- unconfirmed and reported without a holder, so nobody names a leader whose term may be undone;
+-- 'lock' for a lock's grant (README, "Library"): confirmed, and announced to nobody (a lock has
+-- no followers). ARGV[7] (a lock's only) the fence headroom in microseconds, see below.
 -- Returns {1, fence} when granted ({1, fence, 1} when it took a reserved release that is
 -- not announced yet: the caller announces both with lua/announce.lua), {0, holder, fence,
 -- pttl_ms, address, reserved_for} when held (holder '' while quarantined, reserved or
@@ -43,13 +45,18 @@ if fence == 1 then
   return {0, '', tonumber(seed), tonumber(ARGV[3]), '', ''}
 end
 -- A fence never falls behind the server clock either: a failover to a replica that missed
--- the last grants (asynchronous replication) would otherwise hand out a fence again.
+-- the last grants (asynchronous replication) would otherwise hand out a fence again. The
+-- counter always holds the last fence granted. A lock raises it ARGV[7] microseconds past the
+-- clock, so that the grants of the next ARGV[7] microseconds only INCR it (a lock may be taken
+-- thousands of times a second); its fences then stay above a lost grant's when the failover
+-- took longer than that headroom plus the servers' clock difference.
 if now_us > fence then
-  fence = now_us
+  fence = now_us + (tonumber(ARGV[7]) or 0)
   redis.call('SET', KEYS[2], string.format('%.0f', fence))
 end
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', ARGV[2],
-  'fence', string.format('%.0f', fence), 'acquired_at_ms', ARGV[4], 'confirmed', ARGV[6])
+  'fence', string.format('%.0f', fence), 'acquired_at_ms', ARGV[4],
+  'confirmed', ARGV[6] == '0' and '0' or '1')
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'address', ARGV[5])
 end

@@ -13,10 +13,11 @@
 -- the successor does not come, by the releaser a moment later (lua/release_announce.lua).
 -- So the successor acquires before the other followers wake.
 -- Returns 1 when released, 0 when the lease is gone or belongs to another term.
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+local cur = redis.call('HMGET', KEYS[1], 'token', 'fence')
+if cur[1] ~= ARGV[1] then
   return 0
 end
-local fence = redis.call('HGET', KEYS[1], 'fence')
+local fence = cur[2]
 redis.call('DEL', KEYS[1])
 local reserved = 'null'
 local channel = KEYS[2]

@@ -1,5 +1,6 @@
 -- renew.lua: compare-and-extend; only the holder of the term's token extends the lease.
--- KEYS[1] the lease hash, KEYS[2] the handover request key (same hash tag).
+-- KEYS[1] the lease hash, KEYS[2] the handover request key (same hash tag; an election's only:
+-- a lock passes none).
 -- ARGV[1] token, ARGV[2] lease duration in ms.
 -- Returns 1 when extended, 2 when extended and a handover request is pending (the leader
 -- may have missed its message), 0 when the lease is gone or belongs to another term.

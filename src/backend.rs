@@ -67,6 +67,13 @@ impl Lease for Backend {
         }
     }
 
+    fn for_lock(self) -> Self {
+        match self {
+            Backend::Redis(l) => Backend::Redis(l.for_lock()),
+            Backend::Redlock(l) => Backend::Redlock(l.for_lock()),
+        }
+    }
+
     async fn try_acquire(&self, budget: Duration) -> Result<Acquire, LeaseError> {
         match self {
             Backend::Redis(l) => l.try_acquire(budget).await,

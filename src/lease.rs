@@ -81,6 +81,9 @@ pub struct LeaseClient {
     control_poke: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// Grants this client may hold without knowing it (see [`Lease::release_strays`]).
     strays: std::sync::Arc<strays::Strays>,
+    /// A lock's client ([`Lease::for_lock`]): grants are not announced, renewals do not look
+    /// for handover requests.
+    lock: bool,
 }
 
 impl LeaseClient {
@@ -128,6 +131,7 @@ impl LeaseClient {
             scripts: &SCRIPTS,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
+            lock: false,
         }
     }
 
@@ -141,6 +145,7 @@ impl LeaseClient {
             scripts: self.scripts,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
+            lock: false,
         }
     }
 
@@ -193,7 +198,7 @@ impl LeaseClient {
 /// A failed call as a lease error: a wrong key type names `lock` (callers that can tell which
 /// key is foreign ask first), a reply the call cannot have produced (another type, or bytes
 /// that do not parse) is `Protocol`, anything else `Unavailable`.
-fn lifted(failure: RedisFailure, lock: &str) -> LeaseError {
+pub(crate) fn lifted(failure: RedisFailure, lock: &str) -> LeaseError {
     let unexpected = failure.source.as_deref().is_some_and(|e| {
         matches!(
             e.kind(),

@@ -8,7 +8,8 @@
 //!   successor ([`Reservation`]); handover requests go through [`Control`] and a
 //!   [`ControlWatch`] (`lease::control`).
 //! - [`Locker`]: a reentrant lock over any lease, with a watchdog that renews it in the
-//!   background and reports its loss.
+//!   background and reports its loss; fenced by default, or plain ([`Locker::plain`],
+//!   [`PlainLease`]: no fence, fewer commands).
 //! - [`election`]: the elector state machine over any lease, reporting every transition to
 //!   an [`ElectionEvents`] of the caller's; [`state`]: the leadership state it implies.
 //!
@@ -146,7 +147,7 @@ pub use lease::{
     LeaseSpec, Observed, ReleaseWatch, Roster, Term,
 };
 pub use lease::{Control, ControlMessage, ControlWatch, HandoverRequest, Reservation};
-pub use lock::{LeaseGuard, Locker, LossReason, WatchdogConfig};
+pub use lock::{LeaseGuard, Locker, LossReason, PlainLease, WatchdogConfig};
 pub use redlock::RedlockClient;
 
 /// The `leaderd` command line (the binary's `main`).

@@ -8,7 +8,9 @@
 //! when every [`LeaseGuard`] has been released (or dropped).
 //!
 //! Any [`Lease`] will do: one Redis ([`crate::LeaseClient`]), Redlock
-//! ([`crate::RedlockClient`]), or the configured [`crate::Backend`].
+//! ([`crate::RedlockClient`]), or the configured [`crate::Backend`]: a fenced lock, the safe
+//! choice for guarding writes. [`Locker::plain`] is a lock without a fence ([`PlainLease`]),
+//! for work that only needs to run once at a time.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,11 +33,15 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Mutex};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{Acquire, Lease, LeaseError, Term};
+use crate::lease::{Acquire, Lease, LeaseClient, LeaseError, Term};
+
+mod native;
+mod plain;
+
+pub use plain::PlainLease;
 
 /// Why a held lease ended without being released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +80,8 @@ struct Hold {
     term: Arc<StdMutex<Term>>,
     loss: watch::Receiver<Option<LossReason>>,
     stop: CancellationToken,
-    watchdog: JoinHandle<()>,
+    /// Held by the watchdog while a renew is in flight.
+    renewing: Arc<Mutex<()>>,
 }
 
 /// A reentrant lock over one lease. Cheap to clone; clones are the same holder.
@@ -104,7 +111,7 @@ impl<L: Lease> Locker<L> {
     /// A locker with explicit watchdog timings.
     pub fn with_config(client: L, config: WatchdogConfig) -> Self {
         Locker {
-            client: Arc::new(client),
+            client: Arc::new(client.for_lock()),
             config,
             hold: Arc::new(Mutex::new(None)),
         }
@@ -164,19 +171,20 @@ impl<L: Lease> Locker<L> {
         let (tx, rx) = watch::channel(None);
         let term = Arc::new(StdMutex::new(term));
         let stop = CancellationToken::new();
-        let watchdog = tokio::spawn(watchdog(
+        let renewing = Arc::new(Mutex::new(()));
+        tokio::spawn(watchdog(
             self.client.clone(),
             term.clone(),
             self.config,
             tx,
-            stop.clone(),
+            (stop.clone(), renewing.clone()),
         ));
         let new = Hold {
             count: 1,
             term,
             loss: rx,
             stop,
-            watchdog,
+            renewing,
         };
         let guard = self.guard(&new);
         *hold = Some(new);
@@ -201,9 +209,10 @@ impl<L: Lease> Locker<L> {
             return Ok(true);
         }
         let held = hold.take().expect("checked above");
-        // Stop the watchdog and wait for an in-flight renew, so release is ordered after it.
+        // Stop the watchdog and wait for an in-flight renew, so release is ordered after it
+        // (without waiting for the watchdog's task to end: it ends when next polled).
         held.stop.cancel();
-        let _ = held.watchdog.await;
+        let _ = held.renewing.lock().await;
         let term = held.term.lock().map(|t| t.clone()).ok();
         match term {
             Some(term) => {
@@ -216,6 +225,31 @@ impl<L: Lease> Locker<L> {
     }
 }
 
+impl Locker<PlainLease> {
+    /// A plain lock (no fence) on `client`'s lease name and connection: `SET NX PX` to take
+    /// it, compare-and-set to renew it and compare-and-delete to release it, with the
+    /// server's native commands where it has them (`SET .. IFEQ`, `DELIFEQ`, `DELEX`) and a
+    /// script elsewhere. Reentrancy, the watchdog and [`LeaseGuard::lost`] are the fenced
+    /// lock's; [`LeaseGuard::fence`] is 0. Prefer [`Locker::new`] (fenced) for guarding
+    /// writes: see [`PlainLease`] and README, "Library".
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use leaderd::{LeaseClient, LeaseSpec, Locker};
+    ///
+    /// let spec = LeaseSpec::new("cache-refresh", "worker-1", Duration::from_secs(10));
+    /// let locker = Locker::plain(LeaseClient::connect("redis://127.0.0.1:6379/0", spec)?);
+    /// let guard = locker.try_lock().await?; // `LeaseError::Held` when another holds it
+    /// // ... the work, while guard.is_valid()
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn plain(client: LeaseClient) -> Self {
+        Self::new(PlainLease::new(client))
+    }
+}
+
 /// One hold of a lease. Release it with [`LeaseGuard::release`]; dropping it releases in
 /// the background.
 pub struct LeaseGuard<L: Lease> {
@@ -225,7 +259,8 @@ pub struct LeaseGuard<L: Lease> {
 }
 
 impl<L: Lease> LeaseGuard<L> {
-    /// The fencing token of this term: pass it to the resources the lock protects.
+    /// The fencing token of this term: pass it to the resources the lock protects (0 for a
+    /// plain lock, [`Locker::plain`]).
     pub fn fence(&self) -> u64 {
         self.term.lock().map_or(0, |t| t.fence)
     }
@@ -289,7 +324,7 @@ async fn watchdog<L: Lease>(
     term: Arc<StdMutex<Term>>,
     config: WatchdogConfig,
     loss: watch::Sender<Option<LossReason>>,
-    stop: CancellationToken,
+    (stop, renewing): (CancellationToken, Arc<Mutex<()>>),
 ) {
     loop {
         // Never sleep past the renew deadline: after a failed renew, the loss must be
@@ -301,6 +336,10 @@ async fn watchdog<L: Lease>(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(wake) => {}
+        }
+        let _renewing = renewing.lock().await;
+        if stop.is_cancelled() {
+            return; // released meanwhile: no renew after the release
         }
         let Ok(mut current) = term.lock().map(|t| t.clone()) else {
             return;

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::{LeaseClient, LeaseError, LeaseSpec};
+use leaderd::{Lease, LeaseClient, LeaseError, LeaseSpec};
 use leaderd::{LeaseGuard, Locker, LossReason, WatchdogConfig};
 use support::{wait_until, Proxy, RedisServer};
 use tokio::time::{timeout, Instant};
@@ -285,4 +285,133 @@ async fn watchdog_reports_loss_when_redis_hangs() {
         retry: Duration::from_millis(200),
     };
     loss_is_reported_before_validity_ends(config, |p| p.blackhole(true), "hung").await;
+}
+
+/// `calls` of one command in `INFO commandstats` (0 when never called).
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let stats = redis.cmd(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("calls is a number"))
+}
+
+/// The messages published on `channel` while `work` runs (read after a PING round trip).
+async fn published_during<F: std::future::Future>(
+    redis: &RedisServer,
+    channel: &str,
+    work: F,
+) -> Vec<String> {
+    let mut sub = support::RespConn::connect(redis.addr(), BOUND).expect("subscriber");
+    sub.call(&["SUBSCRIBE", channel]).expect("subscribe");
+    work.await;
+    // In subscribe mode the pong comes after every message published before it.
+    let mut reply = sub.call(&["PING"]).expect("ping").render();
+    let mut messages = Vec::new();
+    for _ in 0..100 {
+        if reply.starts_with("pong") {
+            return messages;
+        }
+        messages.push(reply);
+        reply = sub.read_next().expect("read").render();
+    }
+    panic!("no pong after 100 messages: {messages:?}");
+}
+
+/// A lock's grant is announced to nobody (a lock has no followers) while its release is
+/// published for waiters; the election's own grant is still announced (README, "Library").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locks_grant_is_not_announced_and_its_release_is() {
+    let redis = RedisServer::start();
+    seed_fence(&redis, "quiet");
+    let channel = LeaseSpec::new("quiet", "x", Duration::from_secs(1))
+        .keys()
+        .released;
+    let a = locker(&redis.url(), "quiet", "a", Duration::from_secs(5));
+    let lock = published_during(&redis, &channel, async {
+        let g = lock_now(&a).await;
+        assert_eq!(bounded("release", g.release()).await, Ok(true));
+    })
+    .await;
+    assert_eq!(lock.len(), 1, "{lock:?}");
+    assert!(lock[0].contains(r#""event":"released""#), "{lock:?}");
+    assert!(!lock.iter().any(|m| m.contains("acquired")), "{lock:?}");
+
+    let election = LeaseClient::connect(&redis.url(), spec("quiet", "e", Duration::from_secs(5)))
+        .expect("valid url");
+    let announced = published_during(&redis, &channel, async {
+        let term = match bounded("acquire", election.try_acquire(election.default_budget())).await {
+            Ok(leaderd::Acquire::Acquired(t)) => t,
+            other => panic!("the election's acquire: {other:?}"),
+        };
+        let released = election.release(&term, election.default_budget());
+        assert_eq!(bounded("release", released).await, Ok(true));
+    })
+    .await;
+    assert_eq!(announced.len(), 2, "{announced:?}");
+    assert!(announced[0].contains("acquired"), "{announced:?}");
+}
+
+/// A lock taken and released 300 times in a row gets strictly increasing fences, each at
+/// least the server clock in microseconds, while the fence counter is written only about
+/// once per 10 ms (not at every grant); after Redis loses its data, the next fence is still
+/// higher and the lock waits out the quarantine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_fences_increase_without_a_counter_write_per_grant_and_across_data_loss() {
+    let mut redis = RedisServer::start();
+    seed_fence(&redis, "rapid");
+    let a = locker(&redis.url(), "rapid", "a", Duration::from_secs(1));
+    let server_us = |redis: &RedisServer| {
+        let t = redis.cmd(&["TIME"]);
+        let parts: Vec<u64> = t
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|p| !p.is_empty())
+            .map(|p| p.parse().expect("digits"))
+            .collect();
+        parts[0] * 1_000_000 + parts[1]
+    };
+    let sets_before = calls(&redis, "set");
+    let started = Instant::now();
+    let clock_before = server_us(&redis);
+    let mut last = 0;
+    for i in 0..300 {
+        let g = lock_now(&a).await;
+        assert!(
+            g.fence() > last,
+            "grant {i}: fence {} after {last}",
+            g.fence()
+        );
+        assert!(
+            g.fence() >= clock_before,
+            "grant {i}: fence {} below the clock",
+            g.fence()
+        );
+        last = g.fence();
+        assert_eq!(bounded("release", g.release()).await, Ok(true));
+    }
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let sets = calls(&redis, "set") - sets_before;
+    assert!(
+        sets <= elapsed_ms / 10 + 2 && sets < 300,
+        "the fence counter was written {sets} times for 300 grants in {elapsed_ms} ms"
+    );
+
+    redis.restart_empty();
+    let lost_at = Instant::now();
+    let g = bounded("lock", a.lock(Instant::now() + Duration::from_secs(8)))
+        .await
+        .expect("lock after the data loss");
+    assert!(
+        g.fence() > last,
+        "fence {} after {last} across the data loss",
+        g.fence()
+    );
+    assert!(
+        lost_at.elapsed() >= Duration::from_millis(980),
+        "granted {:?} after the data loss, inside the quarantine",
+        lost_at.elapsed()
+    );
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
 }

@@ -1,12 +1,15 @@
 //! Lock throughput and its cost to Redis: acquire+release pairs per second on one multiplexed
-//! connection, for leaderd's lease (fence + holder), rslock (no fence, no holder), and the
-//! physical floor of two plain commands (`SET NX PX` + `DEL`).
+//! connection, for leaderd's fenced lease and lock (fence + holder), its plain lock (no fence),
+//! rslock (no fence, no holder), and the physical floor of two plain commands (`SET NX PX` +
+//! `DEL`), on each server of `BENCH_LOCK_SERVERS` (default `redis,valkey9`). The run fails when
+//! the commands per pair differ from [`EXPECTED_COMMANDS`], which BENCHMARKS.md quotes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leaderd::Locker;
+use leaderd::PlainLease;
 use leaderd::{Acquire, Lease, LeaseClient, LeaseSpec};
 use serde_json::json;
 
@@ -17,12 +20,46 @@ use crate::support::RedisServer;
 
 const TTL: Duration = Duration::from_secs(15);
 
+/// Redis commands per acquire+release pair (`INFO commandstats`, a script's own calls
+/// included), by implementation and server (`*`: every server), as BENCHMARKS.md states
+/// them ("Lock throughput"); for leaderd's fenced rows without the `SET` of the fence
+/// counter, which is checked on its own ([`FENCE_SETS_PER_LOCK_S`]). The fenced lock:
+/// `EVALSHA`, `PTTL`, `INCR`, `TIME`, `HSET`, `PEXPIRE` to acquire, `EVALSHA`, `HMGET`, `DEL`,
+/// `PUBLISH` to release. The election's acquire also publishes `acquired` (and writes the
+/// counter at every grant). The plain lock: `SET NX PX` and `DELIFEQ` on Valkey 9, `SET NX
+/// PX` and a script (`EVALSHA`, `GET`, `DEL`) elsewhere.
+pub const EXPECTED_COMMANDS: &[(&str, &str, f64)] = &[
+    ("floor", "*", 2.0),
+    ("rslock", "*", 4.0),
+    ("election", "*", 11.0),
+    ("lease", "*", 10.0),
+    ("locker", "*", 10.0),
+    ("plain", "valkey9", 2.0),
+    ("plain", "*", 4.0),
+];
+
+/// How far a measured median may lie from [`EXPECTED_COMMANDS`].
+const COMMANDS_SLACK: f64 = 0.05;
+
+/// The most `SET`s of the fence counter a lock (lease in lock mode) may cost per second:
+/// its grants raise the counter 10 ms past the clock (`lua/acquire.lua`), so about 100.
+const FENCE_SETS_PER_LOCK_S: f64 = 110.0;
+
+fn expected_commands(imp: Impl, server: &str) -> f64 {
+    EXPECTED_COMMANDS
+        .iter()
+        .find(|(i, s, _)| *i == imp.key() && (*s == server || *s == "*"))
+        .map_or(f64::NAN, |(_, _, n)| *n)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Impl {
     Floor,
     Rslock,
+    Election,
     Lease,
     Locker,
+    Plain,
 }
 
 impl Impl {
@@ -30,8 +67,10 @@ impl Impl {
         match self {
             Impl::Floor => "floor: `SET NX PX` + `DEL`",
             Impl::Rslock => "rslock 0.10 (no fence, no holder)",
-            Impl::Lease => "leaderd `LeaseClient` try_acquire + release",
+            Impl::Election => "leaderd `LeaseClient` as the election's (announced)",
+            Impl::Lease => "leaderd `LeaseClient::for_lock` try_acquire + release",
             Impl::Locker => "leaderd `Locker` try_lock + release (watchdog)",
+            Impl::Plain => "leaderd `Locker::plain` try_lock + release (watchdog, no fence)",
         }
     }
 
@@ -39,8 +78,10 @@ impl Impl {
         match self {
             Impl::Floor => "floor",
             Impl::Rslock => "rslock",
+            Impl::Election => "election",
             Impl::Lease => "lease",
             Impl::Locker => "locker",
+            Impl::Plain => "plain",
         }
     }
 }
@@ -109,13 +150,107 @@ pub fn run(
     tables: &mut Vec<Table>,
     json_out: &mut serde_json::Map<String, serde_json::Value>,
 ) {
-    let redis = RedisServer::start();
+    let servers = std::env::var("BENCH_LOCK_SERVERS").unwrap_or_else(|_| "redis,valkey9".into());
+    let mut wrong = Vec::new();
+    let mut per_server = serde_json::Map::new();
+    for server in servers.split(',').filter(|s| !s.is_empty()) {
+        let redis = RedisServer::start_on(server);
+        let version = redis.cmd(&["INFO", "server"]);
+        let version = version
+            .lines()
+            .find_map(|l| l.strip_prefix("valkey_version:"))
+            .or_else(|| {
+                version
+                    .lines()
+                    .find_map(|l| l.strip_prefix("redis_version:"))
+            })
+            .unwrap_or("?")
+            .trim()
+            .to_string();
+        eprintln!("  lock on {server} {version}");
+        let results = measure_all(opts, &redis);
+        let (table, rows) = report(opts, &format!("{server} {version}"), &results);
+        for (rt, tasks, imp, samples) in &results {
+            let what = format!("{server} {} {tasks} tasks {}", rt.label(), imp.key());
+            wrong.extend(check_commands(&what, *imp, server, *tasks, samples));
+        }
+        per_server.insert(server.to_string(), json!(rows));
+        tables.push(table);
+    }
+    json_out.insert("lock".into(), serde_json::Value::Object(per_server));
+    if !wrong.is_empty() {
+        for t in tables.iter() {
+            eprintln!("{}", t.markdown());
+        }
+        panic!(
+            "the lock benchmark no longer measures what BENCHMARKS.md states (EXPECTED_COMMANDS in benches/bench/lock.rs):\n{}",
+            wrong.join("\n")
+        );
+    }
+}
+
+type Results = Vec<(Runtime, usize, Impl, Vec<Sample>)>;
+
+/// What differs from [`EXPECTED_COMMANDS`] (and, for a lock, [`FENCE_SETS_PER_LOCK_S`]) in one
+/// row's samples.
+fn check_commands(
+    what: &str,
+    imp: Impl,
+    server: &str,
+    tasks: usize,
+    samples: &[Sample],
+) -> Vec<String> {
+    let fenced = matches!(imp, Impl::Election | Impl::Lease | Impl::Locker);
+    let sets = |s: &Sample| *s.commands.get("set").unwrap_or(&0) as f64;
+    let checked = |s: &Sample| {
+        s.commands_per_pair()
+            - if fenced {
+                sets(s) / s.pairs as f64
+            } else {
+                0.0
+            }
+    };
+    let cmds = median(&samples.iter().map(checked).collect::<Vec<_>>());
+    let want = expected_commands(imp, server);
+    let mut wrong = Vec::new();
+    if (cmds - want).abs().is_nan() || (cmds - want).abs() > COMMANDS_SLACK {
+        let counter = if fenced {
+            " (without the fence counter's SET)"
+        } else {
+            ""
+        };
+        wrong.push(format!(
+            "{what}: {cmds:.2} commands per pair{counter}, BENCHMARKS.md states {want}"
+        ));
+    }
+    if matches!(imp, Impl::Lease | Impl::Locker) {
+        for s in samples {
+            let per_lock_s = sets(s) / s.secs / tasks as f64;
+            if per_lock_s > FENCE_SETS_PER_LOCK_S {
+                wrong.push(format!("{what}: the fence counter was written {per_lock_s:.0} times a second per lock, more than {FENCE_SETS_PER_LOCK_S}"));
+            }
+        }
+    }
+    wrong
+}
+
+/// Every implementation of `BENCH_LOCK_ONLY`, at 16 tasks and 1, on both runtimes, repeats
+/// interleaved.
+fn measure_all(opts: &LockOpts, redis: &RedisServer) -> Results {
     let only = std::env::var("BENCH_LOCK_ONLY").unwrap_or_default();
-    let impls: Vec<Impl> = [Impl::Floor, Impl::Rslock, Impl::Lease, Impl::Locker]
+    let all = [
+        Impl::Floor,
+        Impl::Rslock,
+        Impl::Election,
+        Impl::Lease,
+        Impl::Locker,
+        Impl::Plain,
+    ];
+    let impls: Vec<Impl> = all
         .into_iter()
         .filter(|i| only.is_empty() || only.split(',').any(|o| o == i.key()))
         .collect();
-    let mut results: Vec<(Runtime, usize, Impl, Vec<Sample>)> = Vec::new();
+    let mut results: Results = Vec::new();
     for rt in [Runtime::Current, Runtime::Multi] {
         for &tasks in &[16usize, 1] {
             for &imp in &impls {
@@ -126,7 +261,7 @@ pub fn run(
     // Interleave the repeats so that a change of machine load hits every row alike.
     for rep in 0..opts.repeats {
         for (rt, tasks, imp, samples) in results.iter_mut() {
-            let s = measure(&redis, *rt, *imp, *tasks, opts.seconds);
+            let s = measure(redis, *rt, *imp, *tasks, opts.seconds);
             eprintln!(
                 "  lock [{}/{}] {:<14} {:<8} tasks={:>2}: {:>8.0} pairs/s, {:>5.1} us Redis CPU/pair ({:.1} executing), {:>5.1} us client CPU/pair, {:.2} commands/pair",
                 rep + 1,
@@ -143,7 +278,11 @@ pub fn run(
             samples.push(s);
         }
     }
+    results
+}
 
+/// The table of one server's results, and its rows as JSON.
+fn report(opts: &LockOpts, server: &str, results: &Results) -> (Table, Vec<serde_json::Value>) {
     let med = |samples: &[Sample], f: fn(&Sample) -> f64| {
         median(&samples.iter().map(f).collect::<Vec<_>>())
     };
@@ -154,7 +293,7 @@ pub fn run(
             .map_or(f64::NAN, |(_, _, _, s)| med(s, Sample::rate))
     };
     let mut table = Table::new(
-        "Lock: acquire+release pairs on one multiplexed connection",
+        &format!("Lock: acquire+release pairs on one multiplexed connection, {server}"),
         &[
             "client runtime",
             "tasks",
@@ -168,17 +307,29 @@ pub fn run(
         ],
     );
     let mut rows_json = Vec::new();
-    for (rt, tasks, imp, samples) in &results {
+    for (rt, tasks, imp, samples) in results {
         let rate = med(samples, Sample::rate);
         let cpu = med(samples, Sample::cpu_us_per_pair);
         let client = med(samples, Sample::client_us_per_pair);
         let exec = med(samples, Sample::exec_us_per_pair);
         let cmds = med(samples, Sample::commands_per_pair);
+        let spread = |f: fn(&Sample) -> f64| {
+            let v: Vec<f64> = samples.iter().map(f).collect();
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+            (lo, hi)
+        };
+        let (lo, hi) = spread(Sample::rate);
         table.row(vec![
             rt.label().to_string(),
             tasks.to_string(),
             imp.label().to_string(),
-            f(rate, 0),
+            if samples.len() > 1 {
+                format!("{} ({}-{})", f(rate, 0), f(lo, 0), f(hi, 0))
+            } else {
+                f(rate, 0)
+            },
             format!("{}%", f(100.0 * rate / rslock_rate(*rt, *tasks), 0)),
             f(cpu, 1),
             f(exec, 1),
@@ -195,18 +346,19 @@ pub fn run(
         }));
     }
     table.note(format!(
-        "Median of {} runs of {:.0} s each (interleaved), after 1 s of warm-up; every task locks its own key, so nothing waits for a holder; every pair must succeed.",
+        "Median of {} runs of {:.0} s each (interleaved; pairs/s with the lowest and highest run), after 1 s of warm-up; every task locks its own key, so nothing waits for a holder; every pair must succeed.",
         opts.repeats, opts.seconds
     ));
     table.note("Redis CPU = `used_cpu_sys + used_cpu_user` of `INFO cpu` over the run / pairs (network, event loop and idle wake-ups included); executing = `usec` of `INFO commandstats` for the commands the client sent (a script with its calls) / pairs; client CPU = the benchmark process's CPU / pairs; commands = every `INFO commandstats` call (a script's `redis.call`s count too) / pairs.");
     table.note("One `redis` multiplexed connection shared by all tasks (leaderd: leases made with `LeaseClient::for_lease` share one; rslock: one `LockManager`).");
-    if let Some((_, _, _, s)) = results
-        .iter()
-        .find(|(r, t, i, _)| *r == Runtime::Current && *t == 16 && *i == Impl::Lease)
-    {
-        if let Some(last) = s.last() {
+    for imp in [Impl::Lease, Impl::Plain] {
+        let found = results
+            .iter()
+            .find(|(r, t, i, _)| *r == Runtime::Current && *t == 16 && *i == imp);
+        if let Some(last) = found.and_then(|(_, _, _, s)| s.last()) {
             table.note(format!(
-                "leaderd's commands per pair: {}.",
+                "`{}` commands per pair: {}.",
+                imp.key(),
                 last.commands
                     .iter()
                     .map(|(k, v)| format!("{k} {:.2}", *v as f64 / last.pairs as f64))
@@ -215,8 +367,7 @@ pub fn run(
             ));
         }
     }
-    json_out.insert("lock".into(), json!(rows_json));
-    tables.push(table);
+    (table, rows_json)
 }
 
 fn measure(redis: &RedisServer, runtime: Runtime, imp: Impl, tasks: usize, seconds: f64) -> Sample {
@@ -289,7 +440,26 @@ fn measure(redis: &RedisServer, runtime: Runtime, imp: Impl, tasks: usize, secon
                     }));
                 }
             }
-            Impl::Lease | Impl::Locker => {
+            Impl::Plain => {
+                let spec = |i: usize| LeaseSpec::new(&format!("bench-plain-{i}"), "bench", TTL);
+                let first = LeaseClient::connect(&url, spec(0)).expect("lease client");
+                let others: Vec<LeaseClient> =
+                    (1..tasks).map(|i| first.for_lease(spec(i))).collect();
+                for client in std::iter::once(first).chain(others) {
+                    let run = run.clone();
+                    let locker = Locker::<PlainLease>::plain(client);
+                    handles.push(tokio::spawn(async move {
+                        while !run.stop.load(Ordering::Relaxed) {
+                            let ok = match locker.try_lock().await {
+                                Ok(guard) => guard.release().await == Ok(true),
+                                Err(_) => false,
+                            };
+                            count(&run, ok);
+                        }
+                    }));
+                }
+            }
+            Impl::Election | Impl::Lease | Impl::Locker => {
                 let spec = |i: usize| LeaseSpec::new(&format!("bench-{i}"), "bench", TTL);
                 let first = LeaseClient::connect(&url, spec(0)).expect("lease client");
                 let clients: Vec<LeaseClient> =
@@ -297,8 +467,9 @@ fn measure(redis: &RedisServer, runtime: Runtime, imp: Impl, tasks: usize, secon
                 let clients = std::iter::once(first).chain(clients);
                 for client in clients {
                     let run = run.clone();
-                    if imp == Impl::Lease {
-                        let client = Arc::new(client);
+                    if imp != Impl::Locker {
+                        let lock = imp == Impl::Lease;
+                        let client = Arc::new(if lock { client.for_lock() } else { client });
                         handles.push(tokio::spawn(async move {
                             while !run.stop.load(Ordering::Relaxed) {
                                 let ok = match client.try_acquire(client.default_budget()).await {
@@ -339,7 +510,8 @@ fn measure(redis: &RedisServer, runtime: Runtime, imp: Impl, tasks: usize, secon
         let sent: &[&str] = match imp {
             Impl::Floor => &["set", "del"],
             Impl::Rslock => &["set", "evalsha", "eval", "script|load"],
-            Impl::Lease | Impl::Locker => &["evalsha", "eval", "script|load"],
+            Impl::Election | Impl::Lease | Impl::Locker => &["evalsha", "eval", "script|load"],
+            Impl::Plain => &["set", "evalsha", "eval", "script|load", "delifeq", "delex"],
         };
         let exec_us: u64 = sent
             .iter()

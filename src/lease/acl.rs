@@ -65,7 +65,7 @@ impl LeaseScript {
                 c(&["PTTL", &keys.handover]),
             ],
             LeaseScript::Release => vec![
-                c(&["HGET", lock, "token"]),
+                c(&["HMGET", lock, "token"]),
                 c(&["DEL", lock]),
                 c(&["HSET", lock, "holder", "x"]),
                 c(&["PEXPIRE", lock, "1"]),

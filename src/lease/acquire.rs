@@ -10,6 +10,12 @@ use super::reply::{is_granted, not_replicated, parse_acquire, AcquireReply};
 use super::{unix_ms, Acquire, Lease, LeaseClient, LeaseError, Term};
 use crate::lease::acl::LeaseScript;
 
+/// How far past the server clock a lock's grant raises the fence counter, in microseconds
+/// (`lua/acquire.lua`): the counter is written about once per this much time instead of at
+/// every grant, and a lock's fences stay above a lost grant's across a failover that takes
+/// longer than this plus the servers' clock difference (README, "Library").
+const LOCK_FENCE_HEADROOM_US: u64 = 10_000;
+
 impl LeaseClient {
     /// One acquire attempt (see [`Lease::try_acquire`]) with a token the caller chose (it
     /// must be random, 128 bits or more, and new for every term): Redlock sends one token
@@ -31,8 +37,12 @@ impl LeaseClient {
             .arg(&token)
             .arg(self.ttl_ms())
             .arg(unix_ms(sent_wall))
-            .arg(self.spec.address.as_deref().unwrap_or(""))
-            .arg(if announce { "1" } else { "0" });
+            .arg(self.spec.address.as_deref().unwrap_or(""));
+        match (announce, self.lock) {
+            (false, _) => call.arg("0"),
+            (true, false) => call.arg("1"),
+            (true, true) => call.arg("lock").arg(LOCK_FENCE_HEADROOM_US),
+        };
         let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
         let wanted = endpoint.min_replicas_ack();
         let (reply, acked): (redis::Value, Option<i64>) = endpoint

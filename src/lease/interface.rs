@@ -22,6 +22,16 @@ pub trait Lease: Send + Sync + 'static {
     /// timeout on Redlock).
     fn default_budget(&self) -> Duration;
 
+    /// The same lease, used as a lock ([`crate::Locker`] calls it): a lock has no followers,
+    /// so a backend may leave out what only an election needs (the `acquired` announcement,
+    /// the look for handover requests at each renew). Unchanged by default.
+    fn for_lock(self) -> Self
+    where
+        Self: Sized,
+    {
+        self
+    }
+
     /// One attempt to take the lease for a new term, answering what holds it otherwise.
     ///
     /// # Errors

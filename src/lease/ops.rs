@@ -20,6 +20,11 @@ impl Lease for LeaseClient {
         self.spec.command_timeout
     }
 
+    fn for_lock(mut self) -> Self {
+        self.lock = true;
+        self
+    }
+
     async fn try_acquire(&self, budget: Duration) -> Result<Acquire, LeaseError> {
         let announce = self.endpoint.min_replicas_ack() == 0;
         let token = new_token();
@@ -41,10 +46,11 @@ impl Lease for LeaseClient {
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
         let mut call = self.scripts.renew.prepare_invoke();
-        call.key(&self.keys.lock)
-            .key(&self.keys.handover)
-            .arg(&term.token)
-            .arg(self.ttl_ms());
+        call.key(&self.keys.lock);
+        if !self.lock {
+            call.key(&self.keys.handover);
+        }
+        call.arg(&term.token).arg(self.ttl_ms());
         let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
         let wanted = endpoint.min_replicas_ack();
         let (extended, acked): (i64, Option<i64>) = endpoint

