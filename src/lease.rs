@@ -29,6 +29,7 @@ mod foreign;
 mod interface;
 mod ops;
 mod pending;
+mod release_watch;
 mod reply;
 mod strays;
 mod types;
@@ -81,6 +82,8 @@ pub struct LeaseClient {
     control_poke: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// Grants this client may hold without knowing it (see [`Lease::release_strays`]).
     strays: std::sync::Arc<strays::Strays>,
+    /// Messages its listeners dropped (see [`Lease::messages_dropped`]).
+    dropped: announcement::Dropped,
 }
 
 impl LeaseClient {
@@ -128,6 +131,7 @@ impl LeaseClient {
             scripts: &SCRIPTS,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
+            dropped: Default::default(),
         }
     }
 
@@ -141,6 +145,7 @@ impl LeaseClient {
             scripts: self.scripts,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
+            dropped: Default::default(),
         }
     }
 

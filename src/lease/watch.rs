@@ -3,8 +3,8 @@
 
 use tokio::sync::watch;
 
+use super::release_watch::{self, Listen};
 use super::{Announcement, LeaseClient};
-use crate::release_watch::Listen;
 
 impl LeaseClient {
     /// Subscribes to the release channel (see [`super::Lease::watch_releases`]).
@@ -23,13 +23,9 @@ impl LeaseClient {
             // alarm costs a resubscription and a read).
             ping_every: self.spec.release_check,
             ping_timeout: self.spec.release_check / 2,
+            dropped: self.dropped.clone(),
         };
-        let task = tokio::spawn(crate::release_watch::listen_with(
-            connector,
-            how,
-            tx,
-            confirmed_tx,
-        ));
+        let task = tokio::spawn(release_watch::listen_with(connector, how, tx, confirmed_tx));
         ReleaseWatch {
             rx: Rx::Messages(rx),
             confirmed: Confirmed::Flags(vec![confirmed]),
