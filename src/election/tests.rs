@@ -874,7 +874,7 @@ async fn a_forged_release_makes_nobody_contend() {
     let lease = Arc::new(FakeLease::default());
     let tx = with_announcements(&lease);
     lease.hold_by_other(LEASE * 10);
-    let mut h = start(lease.clone(), AfterLoss::Contend);
+    let h = start(lease.clone(), AfterLoss::Contend);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = lease.attempts.load(Ordering::SeqCst);
     let acquires = lease.fence.load(Ordering::SeqCst);

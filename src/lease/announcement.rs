@@ -194,7 +194,7 @@ mod tests {
                 r#"{{"event":"released","holder":"a","fence":1,"reserved_for":{}}}"#,
                 q(&long)
             ),
-            format!(r#"{{"event":"released","holder":"a"}}"#),
+            r#"{"event":"released","holder":"a"}"#.to_string(),
         ] {
             assert_eq!(Heard::of(bad.as_bytes()), Heard::Dropped, "{bad}");
         }

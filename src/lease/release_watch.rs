@@ -1,6 +1,7 @@
-//! Listens on a lease's release channel and turns every release into a `watch` change, so
-//! candidates contend the moment a leader lets go instead of at their next poll; PINGs the
-//! subscription so that a follower knows when it can rely on it.
+//! Listens on a lease's release channel and turns every message within bounds into a `watch`
+//! change, so candidates read the lease the moment a leader lets go instead of at their next
+//! poll (many messages are one change); drops and counts the rest; PINGs the subscription so
+//! that a follower knows when it can rely on it.
 
 use std::time::Duration;
 
