@@ -118,6 +118,13 @@ impl Lease for Backend {
         }
     }
 
+    fn messages_dropped(&self) -> u64 {
+        match self {
+            Backend::Redis(l) => l.messages_dropped(),
+            Backend::Redlock(l) => l.messages_dropped(),
+        }
+    }
+
     async fn release_strays(&self, budget: Duration) -> usize {
         match self {
             Backend::Redis(l) => l.release_strays(budget).await,

@@ -165,6 +165,8 @@ async fn run_with<L: Lease>(
     yields: mpsc::Receiver<()>,
 ) -> i32 {
     let metrics = Arc::new(Metrics::new(&config.name, env!("CARGO_PKG_VERSION")));
+    let counted = lease.clone();
+    metrics.count_dropped_messages(move || counted.messages_dropped());
     let progress = Progress::new();
     // With a health check, a replica is unhealthy until its first check passes.
     let healthy_at_start = config.election.health_check.is_none();

@@ -9,9 +9,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{
-    jittered, Acquire, Announcement, Holder, Lease, LeaseError, Observed, Roster, Term,
-};
+use crate::lease::{jittered, Acquire, Holder, Lease, LeaseError, Observed, Roster, Term};
 use crate::lease::{HandoverRequest, Reservation};
 use crate::state::TermView;
 
@@ -309,13 +307,23 @@ async fn follow<L: Lease, E: ElectionEvents>(
                     }
                     reporter.attempted();
                 }
-                msg = releases.changed() => {
-                    if let Some(Announcement::Acquired { holder, .. }) = &msg {
-                        if disowned(lease, Some(holder), me, t.command_timeout).await {
-                            break;
+                // A message only wakes: what it says is read from the lease (README,
+                // "Announcements"). The watch holds one change however many arrived, and
+                // the read is awaited here, so a flood costs one read in flight.
+                _ = releases.changed() => {
+                    let sent = Instant::now();
+                    let seen = match lease.observe(t.command_timeout).await {
+                        Ok(seen) => seen,
+                        Err(err) => {
+                            reporter.redis_failed(&err);
+                            continue;
                         }
+                    };
+                    if disowned(lease, held_by(&seen), me, t.command_timeout).await {
+                        break;
                     }
-                    if heard(msg, &mut sight, me, contend, &t, reporter) == Next::Attempt {
+                    let hold_off = if best { Duration::ZERO } else { t.retry_period / 2 };
+                    if sight.take_read((seen, sent), me, contend, hold_off, reporter) == Next::Attempt {
                         break;
                     }
                 }
@@ -359,8 +367,7 @@ fn held_by(seen: &Observed) -> Option<&str> {
 struct Sight {
     /// What holds the lease; `None` when unknown (Redis failed).
     seen: Option<Observed>,
-    /// When that was true: the read's send (so `remaining` never overstates the lease), or
-    /// an announcement's arrival.
+    /// When that was true: the read's send (so `remaining` never overstates the lease).
     at: Instant,
     /// When to attempt again at the latest while polling.
     poll_at: Instant,
@@ -406,15 +413,6 @@ impl Sight {
     /// When the lease as seen expires in Redis; `None`: no TTL, or nothing known.
     fn expiry(&self) -> Option<Instant> {
         self.seen.as_ref()?.remaining().map(|left| self.at + left)
-    }
-
-    /// The fence of what was seen, to tell a stale announcement from news.
-    fn fence(&self) -> u64 {
-        match &self.seen {
-            Some(Observed::Held(h)) => h.fence,
-            Some(Observed::Reserved { fence, .. } | Observed::Quarantined { fence, .. }) => *fence,
-            Some(Observed::Vacant) | None => 0,
-        }
     }
 
     /// Whether a vacancy read at `sent` is the expiry of the lease seen (read from `hold_off`
@@ -497,61 +495,6 @@ async fn roster_lease(rx: &mut watch::Receiver<Roster>) -> Option<(Observed, Ins
     rx.borrow_and_update().lease.clone()
 }
 
-/// Takes in an announcement (`None`: a message without one, or the subscription was lost
-/// or made again: read the lease at once).
-fn heard<E: ElectionEvents>(
-    msg: Option<Announcement>,
-    sight: &mut Sight,
-    me: &str,
-    contend: bool,
-    t: &Timing,
-    reporter: &E,
-) -> Next {
-    let now = Instant::now();
-    match msg {
-        None => Next::Attempt,
-        Some(Announcement::Acquired { holder, .. }) if holder == me => Next::Wait,
-        Some(Announcement::Acquired {
-            holder,
-            fence,
-            address,
-        }) => {
-            let known = matches!(&sight.seen, Some(Observed::Held(h)) if h.fence >= fence);
-            if !known {
-                sight.learn(
-                    announced(holder, fence, address, t.lease_duration),
-                    now,
-                    me,
-                    reporter,
-                );
-            }
-            Next::Wait
-        }
-        Some(Announcement::Released { fence, .. }) if fence < sight.fence() => Next::Wait,
-        Some(Announcement::Released {
-            fence,
-            reserved_for: Some(successor),
-            ..
-        }) if successor != me || !contend => {
-            let reserved = Observed::Reserved {
-                for_identity: successor,
-                fence,
-                remaining: Some(handover_window(t)),
-            };
-            sight.learn(reserved, now, me, reporter);
-            Next::Wait
-        }
-        Some(Announcement::Released { reserved_for, .. }) if contend => {
-            sight.origin.released(reserved_for.as_deref() == Some(me));
-            Next::Attempt
-        }
-        Some(Announcement::Released { .. }) => {
-            sight.learn(Observed::Vacant, now, me, reporter);
-            Next::Wait
-        }
-    }
-}
-
 /// How long a reserved release holds the lease for the successor: `min(retry_period, 1s)`.
 pub(crate) fn handover_window(t: &Timing) -> Duration {
     t.retry_period.min(Duration::from_secs(1))
@@ -622,22 +565,6 @@ async fn undo_expired_grant<L: Lease, E: ElectionEvents>(
     if let Err(err) = lease.release(term, budget).await {
         reporter.redis_failed(&err);
     }
-}
-
-/// The lease as an `acquired` announcement tells it, without asking Redis: the new term
-/// has just begun, so it runs for a full lease duration.
-fn announced(
-    holder: String,
-    fence: u64,
-    address: Option<String>,
-    lease_duration: Duration,
-) -> Observed {
-    Observed::Held(Holder {
-        holder,
-        fence,
-        remaining: Some(lease_duration),
-        address,
-    })
 }
 
 /// Why and how a term ends: the reason, the term as last renewed, the successor chosen for

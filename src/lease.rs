@@ -29,6 +29,7 @@ mod foreign;
 mod interface;
 mod ops;
 mod pending;
+mod release_watch;
 mod reply;
 mod strays;
 mod types;
@@ -84,6 +85,8 @@ pub struct LeaseClient {
     /// A lock's client ([`Lease::for_lock`]): grants are not announced, renewals do not look
     /// for handover requests.
     lock: bool,
+    /// Messages its listeners dropped (see [`Lease::messages_dropped`]).
+    dropped: announcement::Dropped,
 }
 
 impl LeaseClient {
@@ -132,6 +135,7 @@ impl LeaseClient {
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
             lock: false,
+            dropped: Default::default(),
         }
     }
 
@@ -146,6 +150,7 @@ impl LeaseClient {
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
             lock: false,
+            dropped: Default::default(),
         }
     }
 

@@ -17,7 +17,7 @@
 //!   credentials as a [`Secret`], [`TlsFiles`]); a mistake in it is a [`ConnectError`].
 //!
 //! Internal modules: `conn` (one Redis endpoint with timeouts), `failure` (its error kinds),
-//! `connector` (where its connections come from), `release_watch` (the release channel
+//! `connector` (where its connections come from), `lease::release_watch` (the release channel
 //! listener), `lease::acl` (naming the ACL permission a Redis user lacks), `eviction` (what a
 //! server's `maxmemory-policy` can evict, [`EvictionPolicy`]), `backend` ([`Backend`]).
 //!
@@ -100,7 +100,6 @@ mod failure;
 mod lease;
 mod lock;
 mod redlock;
-mod release_watch;
 pub mod state;
 
 #[cfg(feature = "daemon")]

@@ -42,6 +42,8 @@ const HTTP_REFUSED_HELP: &str = "HTTP connections closed at once: publish.max_co
 const EVICTION_RISK_HELP: &str =
     "1 while a Redis server of the election has a maxmemory-policy other than noeviction.";
 const CANDIDATES_HELP: &str = "Registered candidates of the election as last read, by health.";
+const DROPPED_HELP: &str =
+    "Messages on the election's channels dropped unread: over 1 KiB, or a field out of bounds.";
 const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
 
 /// Every series of the contract, in one private registry (never the global default, so
@@ -64,6 +66,9 @@ pub struct Metrics {
     pub outputs: OutputMetrics,
     eviction_risk: IntGauge,
     candidates: IntGaugeVec,
+    messages_dropped: IntCounter,
+    /// Where `messages_dropped` is read from at each scrape (the lease's listeners).
+    dropped_source: std::sync::OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>,
 }
 
 impl Metrics {
@@ -126,6 +131,8 @@ impl Metrics {
                 )
                 .expect("valid gauge"),
             ),
+            messages_dropped: counter(r, "leaderd_messages_dropped_total", DROPPED_HELP),
+            dropped_source: std::sync::OnceLock::new(),
             registry,
         };
         for h in ["true", "false"] {
@@ -183,10 +190,20 @@ impl Metrics {
         self.redis_errors.with_label_values(&[kind.as_str()]).inc();
     }
 
+    /// Reads `leaderd_messages_dropped_total` from `source` (a running total) at each
+    /// scrape. Set once; later calls are ignored.
+    pub fn count_dropped_messages(&self, source: impl Fn() -> u64 + Send + Sync + 'static) {
+        let _ = self.dropped_source.set(Box::new(source));
+    }
+
     /// The text exposition. The leadership gauges are set from `snapshot` checked at `now`
     /// first, so a scrape never reports a claim whose validity has passed.
     pub fn render(&self, snapshot: &Snapshot, now: Instant) -> String {
         self.set_leadership(snapshot, now);
+        if let Some(source) = self.dropped_source.get() {
+            let (total, shown) = (source(), self.messages_dropped.get());
+            self.messages_dropped.inc_by(total.saturating_sub(shown));
+        }
         let mut families = self.registry.gather();
         sort_labels(&mut families);
         match TextEncoder::new().encode_to_string(&families) {
@@ -302,6 +319,7 @@ mod tests {
         let text = metrics.render(&Snapshot::starting(true), Instant::now());
         for series in [
             "leaderd_is_leader{name=\"e1\"} 0",
+            "leaderd_messages_dropped_total{name=\"e1\"} 0",
             "leader_election_master_status{name=\"e1\"} 0",
             "leaderd_acquire_attempts_total{name=\"e1\",result=\"held\"} 0",
             "leaderd_leader_transitions_total{began=\"first\",name=\"e1\"} 0",

@@ -218,6 +218,10 @@ impl Lease for RedlockClient {
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
         self.observe_round(budget).await
     }
+    fn messages_dropped(&self) -> u64 {
+        self.nodes.iter().map(|n| n.lease.messages_dropped()).sum()
+    }
+
     async fn release_strays(&self, budget: Duration) -> usize {
         let t = self.per_node(budget);
         let released = self.all(|node| node.lease.release_strays(t)).await;

@@ -1,7 +1,8 @@
 //! Announcements on the release channel (contract part 2, "Announcements"): JSON messages
 //! for a release and for a term's start, the start announced only once the term really
 //! began (never for an acquire that WAIT then undoes; after the majority on Redlock), and
-//! followers that name a new leader from the announcement, without asking Redis.
+//! followers that name a new leader at once: woken by the announcement, from a read of the
+//! lease (tests/forged_announcements.rs: what a forged one does).
 
 mod support;
 
@@ -160,10 +161,10 @@ async fn redlock_announces_a_term_once_its_majority_is_confirmed() {
 const ANNOUNCED_BOUND_MS: i64 = 50;
 
 /// The lease vanishes without a release (deleted): the follower that polls first takes it,
-/// and the other follower (polling only every 2-2.4 s) names it from the announcement within
-/// 50 ms of its `acquired_at`.
+/// and the other follower (polling only every 2-2.4 s), woken by the announcement, names it
+/// within 50 ms of its `acquired_at`.
 #[test]
-fn followers_name_a_new_leader_from_its_announcement() {
+fn followers_name_a_new_leader_at_its_announcement() {
     let redis = RedisServer::start();
     let name = "ann-daemons";
     seed(&redis, name);

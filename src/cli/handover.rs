@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::{load, runtime, EXIT_FAILURE, EXIT_USAGE, EXIT_VACANT};
 use crate::config::{Config, Overrides};
-use crate::lease::{Announcement, Control, ControlMessage, HandoverRequest, Heartbeat, Lease};
+use crate::lease::{Control, ControlMessage, HandoverRequest, Heartbeat, Lease};
 use crate::lease::{LeaseError, Observed};
 
 /// Exit code of a refused handover (unknown or unhealthy target, the leader itself).
@@ -166,28 +166,26 @@ async fn ask<L: Lease>(
             elapsed: started.elapsed(),
         }))
     };
+    // A message only wakes: the new term is read from the lease, and a refusal counts once
+    // the request is gone from its key (README, "Announcements").
     loop {
         tokio::select! {
-            msg = releases.changed() => {
-                if let Some(Announcement::Acquired { holder, fence, .. }) = msg {
-                    if let Some(outcome) = ended(holder, fence) {
-                        return outcome;
-                    }
+            _ = releases.changed() => {
+                if let Some(outcome) = read_term(lease, budget).await.and_then(|(h, f)| ended(h, f)) {
+                    return outcome;
                 }
             }
             msg = control.changed() => {
                 if let Some(ControlMessage::Refused { request: r, reason }) = msg {
-                    if r.id == request.id {
+                    if r.id == request.id && answered(lease, budget, &request).await {
                         let line = format!("refused: {reason}");
                         return Err(Outcome::fail(EXIT_REFUSED, line));
                     }
                 }
             }
             _ = tokio::time::sleep(poll) => {
-                if let Ok(Observed::Held(h)) = lease.observe(budget).await {
-                    if let Some(outcome) = ended(h.holder, h.fence) {
-                        return outcome;
-                    }
+                if let Some(outcome) = read_term(lease, budget).await.and_then(|(h, f)| ended(h, f)) {
+                    return outcome;
                 }
             }
             _ = tokio::time::sleep_until(deadline) => {
@@ -198,6 +196,22 @@ async fn ask<L: Lease>(
                 return Err(Outcome::fail(EXIT_FAILURE, line));
             }
         }
+    }
+}
+
+/// The holder and fence of the lease, when it is held.
+async fn read_term<L: Lease>(lease: &L, budget: Duration) -> Option<(String, u64)> {
+    match lease.observe(budget).await {
+        Ok(Observed::Held(h)) => Some((h.holder, h.fence)),
+        _ => None,
+    }
+}
+
+/// Whether `request` is no longer pending: a refusal deletes it before it is published.
+async fn answered<L: Lease>(lease: &L, budget: Duration, request: &HandoverRequest) -> bool {
+    match lease.control(Control::Read, budget).await {
+        Ok(pending) => pending.is_none_or(|p| p.id != request.id),
+        Err(_) => false,
     }
 }
 

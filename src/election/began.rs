@@ -83,16 +83,7 @@ impl Origin {
         };
         (self.began, self.held_until) = (began, held_until);
     }
-
-    /// A release was announced: reserved for this replica (`for_me`) or not.
-    pub fn released(&mut self, for_me: bool) {
-        self.began = if for_me {
-            Began::Handover
-        } else {
-            Began::Release
-        };
-        self.held_until = None;
-    }
+}
 }
 
 #[cfg(test)]
@@ -151,7 +142,5 @@ mod tests {
             Began::Quarantine,
             "a vacancy changes nothing known"
         );
-        origin.released(true);
-        assert_eq!(origin.began, Began::Handover);
     }
 }

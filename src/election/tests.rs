@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::*;
-use crate::lease::{Candidate, LeaseSpec, Observed, ReleaseWatch};
+use crate::lease::{Announcement, Candidate, LeaseSpec, Observed, ReleaseWatch};
 use crate::state::{Phase, Snapshot};
 
 fn drift(lease: Duration) -> Duration {
@@ -37,9 +37,13 @@ impl ElectionEvents for TestEvents {
     }
     fn observed(&self, seen: &Observed) {
         let leader = seen.holder().map(|h| h.holder.clone());
+        let fence = seen.holder().map(|h| h.fence);
+        let address = seen.holder().and_then(|h| h.address.clone());
         self.state.send_modify(|s| {
             s.set_phase(Phase::Follower);
             s.leader = leader;
+            s.fence = fence;
+            s.leader_address = address;
         });
     }
     fn acquired(&self, term: &Term) {
@@ -732,8 +736,8 @@ async fn a_release_reserved_for_another_waits_for_its_acquired() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         lease.attempts.load(Ordering::SeqCst),
-        before,
-        "no contention"
+        before + 1,
+        "one read, no contention"
     );
     assert_eq!(
         h.state.borrow().leader,
@@ -754,7 +758,7 @@ async fn a_release_reserved_for_another_waits_for_its_acquired() {
         .expect("the new leader is shown at once")
         .unwrap();
     let polls = attempts_after(&lease, LEASE / 2).await;
-    assert_eq!(polls, before, "the announcement was the read");
+    assert_eq!(polls, before + 2, "one read per announcement, no poll");
     h.shutdown.cancel();
     bounded(h.task).await;
 }
@@ -824,6 +828,78 @@ async fn a_reservation_read_for_another_is_waited_out() {
         2,
         "no poll inside it"
     );
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forged_acquired_is_read_and_not_believed() {
+    let lease = Arc::new(FakeLease::default());
+    let tx = with_announcements(&lease);
+    lease.hold_by_other(LEASE * 10);
+    let mut h = start(lease.clone(), AfterLoss::Contend);
+    let leader = h.state.wait_for(|s| s.leader.as_deref() == Some("other"));
+    tokio::time::timeout(Duration::from_secs(1), leader)
+        .await
+        .expect("the leader is shown")
+        .unwrap();
+    for _ in 0..20 {
+        tx.send_replace(Some(Announcement::Acquired {
+            holder: "evil".into(),
+            fence: u64::MAX,
+            address: Some("127.0.0.1:1".into()),
+        }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let s = h.state.borrow();
+        assert_eq!(s.leader.as_deref(), Some("other"));
+        assert_eq!(s.fence, Some(100));
+        assert_eq!(s.leader_address, None);
+    }
+    // A real release after the forged maximal fence is taken at once.
+    *lease.held.lock().unwrap() = None;
+    let released = Instant::now();
+    tx.send_replace(Some(Announcement::Released {
+        holder: "other".into(),
+        fence: 100,
+        reserved_for: None,
+    }));
+    wait_phase(&mut h.state, Phase::Leader).await;
+    assert!(released.elapsed() < Duration::from_millis(2));
+    h.shutdown.cancel();
+    bounded(h.task).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forged_release_makes_nobody_contend() {
+    let lease = Arc::new(FakeLease::default());
+    let tx = with_announcements(&lease);
+    lease.hold_by_other(LEASE * 10);
+    let h = start(lease.clone(), AfterLoss::Contend);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = lease.attempts.load(Ordering::SeqCst);
+    let acquires = lease.fence.load(Ordering::SeqCst);
+    for reserved_for in [None, Some("me".to_string()), Some("pod-b".to_string())] {
+        tx.send_replace(Some(Announcement::Released {
+            holder: "other".into(),
+            fence: u64::MAX,
+            reserved_for,
+        }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tx.send_replace(None);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        lease.attempts.load(Ordering::SeqCst),
+        before + 4,
+        "one read each"
+    );
+    assert_eq!(
+        lease.fence.load(Ordering::SeqCst),
+        acquires,
+        "nothing granted"
+    );
+    assert_eq!(h.state.borrow().leader.as_deref(), Some("other"));
+    assert_eq!(h.state.borrow().phase, Phase::Follower);
     h.shutdown.cancel();
     bounded(h.task).await;
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryFutureExt};
 use tokio::sync::{mpsc, watch};
 
+use super::announcement::{bounded_name, json_object, Dropped, Heard};
 use super::{LeaseClient, LeaseError};
 use crate::lease::acl::LeaseScript;
 
@@ -39,24 +40,48 @@ pub enum ControlMessage {
 }
 
 impl ControlMessage {
-    /// Parses one message; `None` for anything else.
+    /// Parses one message; `None` for anything else, and for a message over 1 KiB or with
+    /// a field out of bounds (a name over 256 bytes, a fence that is not an integer).
     pub fn parse(payload: &[u8]) -> Option<Self> {
-        let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
-        let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-        let request = HandoverRequest {
-            id: s("id")?,
-            to: s("to").unwrap_or_default(),
-            by: s("by").unwrap_or_default(),
-            fence: v.get("fence").and_then(|x| x.as_u64()).unwrap_or(0),
-        };
-        match v.get("event")?.as_str()? {
-            "handover" => Some(ControlMessage::Request(request)),
-            "refused" => Some(ControlMessage::Refused {
-                request,
-                reason: s("reason").unwrap_or_default(),
-            }),
-            _ => None,
+        match Self::heard(payload) {
+            Heard::Message(m) => Some(m),
+            Heard::Other | Heard::Dropped => None,
         }
+    }
+
+    /// Checks and parses one message of the control channel.
+    pub(crate) fn heard(payload: &[u8]) -> Heard<Self> {
+        let v = match json_object(payload) {
+            Ok(v) => v,
+            Err(heard) => return heard,
+        };
+        let event = match v.get("event").and_then(|e| e.as_str()) {
+            Some(e @ ("handover" | "refused")) => e,
+            _ => return Heard::Other,
+        };
+        let text = |k: &str| match v.get(k) {
+            None | Some(serde_json::Value::Null) => Some(String::new()),
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(_) => None,
+        };
+        let name = |k: &str| bounded_name(v.get(k)).map(Option::unwrap_or_default);
+        let fence = match v.get("fence") {
+            None => Some(0),
+            Some(f) => f.as_u64(),
+        };
+        let (Some(id), Some(to), Some(by), Some(fence), Some(reason)) =
+            (text("id"), name("to"), name("by"), fence, text("reason"))
+        else {
+            return Heard::Dropped;
+        };
+        if id.is_empty() {
+            return Heard::Dropped;
+        }
+        let request = HandoverRequest { id, to, by, fence };
+        Heard::Message(match event {
+            "handover" => ControlMessage::Request(request),
+            _ => ControlMessage::Refused { request, reason },
+        })
     }
 }
 
@@ -133,6 +158,7 @@ impl LeaseClient {
             self.endpoint.connect_timeout(),
             self.control_poke.subscribe(),
             tx,
+            self.dropped.clone(),
         ));
         ControlWatch {
             rxs: vec![rx],
@@ -195,6 +221,7 @@ async fn listen(
     limit: Duration,
     mut poke: watch::Receiver<u64>,
     tx: mpsc::Sender<Option<ControlMessage>>,
+    dropped: Dropped,
 ) {
     let mut pause = Duration::from_millis(50);
     loop {
@@ -220,8 +247,10 @@ async fn listen(
             tokio::select! {
                 msg = messages.next() => match msg {
                     Some(msg) => {
-                        if let Some(m) = ControlMessage::parse(msg.get_payload_bytes()) {
-                            let _ = tx.try_send(Some(m));
+                        match ControlMessage::heard(msg.get_payload_bytes()) {
+                            Heard::Message(m) => { let _ = tx.try_send(Some(m)); }
+                            Heard::Other => {}
+                            Heard::Dropped => dropped.count(),
                         }
                     }
                     None => break,

@@ -95,6 +95,13 @@ pub trait Lease: Send + Sync + 'static {
         std::future::ready(0)
     }
 
+    /// How many messages on the election's channels this client's listeners dropped unread:
+    /// over 1 KiB, or with a field outside what the keys can hold (README, "Announcements").
+    /// None by default.
+    fn messages_dropped(&self) -> u64 {
+        0
+    }
+
     /// What holds the lease, without contending.
     ///
     /// # Errors

@@ -126,6 +126,10 @@ impl Lease for LeaseClient {
         Ok(released == 1)
     }
 
+    fn messages_dropped(&self) -> u64 {
+        self.dropped.total()
+    }
+
     async fn release_strays(&self, budget: Duration) -> usize {
         let mut released = 0;
         for token in self.strays.current() {

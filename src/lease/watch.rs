@@ -1,10 +1,11 @@
-//! The release channel: a subscription that wakes waiting candidates at every release and
-//! hands them the announcement it carried, and says whether it can be relied on.
+//! The release channel: a subscription that wakes waiting candidates at every message and
+//! hands them the announcement it carried (to read the lease by), and says whether it can be
+//! relied on.
 
 use tokio::sync::watch;
 
+use super::release_watch::{self, Listen};
 use super::{Announcement, LeaseClient};
-use crate::release_watch::Listen;
 
 impl LeaseClient {
     /// Subscribes to the release channel (see [`super::Lease::watch_releases`]).
@@ -23,13 +24,9 @@ impl LeaseClient {
             // alarm costs a resubscription and a read).
             ping_every: self.spec.release_check,
             ping_timeout: self.spec.release_check / 2,
+            dropped: self.dropped.clone(),
         };
-        let task = tokio::spawn(crate::release_watch::listen_with(
-            connector,
-            how,
-            tx,
-            confirmed_tx,
-        ));
+        let task = tokio::spawn(release_watch::listen_with(connector, how, tx, confirmed_tx));
         ReleaseWatch {
             rx: Rx::Messages(rx),
             confirmed: Confirmed::Flags(vec![confirmed]),
@@ -138,8 +135,10 @@ impl ReleaseWatch {
     }
 
     /// Resolves at the next message published (or loss of the subscription, or
-    /// resubscription), with the announcement when the message was one. Never resolves if
-    /// the listener has stopped.
+    /// resubscription), with the announcement when the message was one: what anyone allowed
+    /// to publish said, a reason to read the lease and never the truth about it. Messages
+    /// that came since the last call are one change. Never resolves if the listener has
+    /// stopped.
     pub async fn changed(&mut self) -> Option<Announcement> {
         let ok = match &mut self.rx {
             Rx::Counter(rx) => rx.changed().await.is_ok(),

@@ -1,14 +1,16 @@
-//! Listens on a lease's release channel and turns every release into a `watch` change, so
-//! candidates contend the moment a leader lets go instead of at their next poll; PINGs the
-//! subscription so that a follower knows when it can rely on it.
+//! Listens on a lease's release channel and turns every message within bounds into a `watch`
+//! change, so candidates read the lease the moment a leader lets go instead of at their next
+//! poll (many messages are one change); drops and counts the rest; PINGs the subscription so
+//! that a follower knows when it can rely on it.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use super::announcement::{Dropped, Heard};
+use super::Announcement;
 use crate::connector::Connector;
-use crate::lease::Announcement;
 
 /// How the subscription is kept and checked.
 pub(crate) struct Listen {
@@ -19,14 +21,17 @@ pub(crate) struct Listen {
     pub ping_every: Duration,
     /// ...answered within this, or the subscription is dropped and made again.
     pub ping_timeout: Duration,
+    /// Counts the messages dropped unread (too large, or a field out of bounds).
+    pub dropped: Dropped,
 }
 
 /// Keeps a subscription to `channel` until `tx` has no receivers, resubscribing after any
 /// loss of the connection or an unanswered PING, on connections from `connector`: the
 /// server, the current Sentinel master (looked up again at every resubscription, so a
-/// failover is followed), or a cluster node. Each release, each loss and each fresh
+/// failover is followed), or a cluster node. Each message, each loss and each fresh
 /// subscription (a release may have been missed while it was down) is sent on `tx`: the
-/// parsed announcement, or `None`. `confirmed` is true only while the subscription is
+/// parsed announcement, or `None`; a message too large or out of bounds is only counted.
+/// `tx` is a watch: a flood of messages is one change to whoever reads it. `confirmed` is true only while the subscription is
 /// acknowledged and its last PING was answered in time.
 pub(crate) async fn listen_with(
     connector: Connector,
@@ -104,9 +109,11 @@ async fn listen(
     loop {
         tokio::select! {
             msg = messages.next() => match msg {
-                Some(msg) => {
-                    tx.send_replace(Announcement::parse(msg.get_payload_bytes()));
-                }
+                Some(msg) => match Heard::of(msg.get_payload_bytes()) {
+                    Heard::Message(a) => { tx.send_replace(Some(a)); }
+                    Heard::Other => { tx.send_replace(None); }
+                    Heard::Dropped => how.dropped.count(),
+                },
                 None => return End::Disconnected,
             },
             _ = tx.closed() => return End::Closed,
