@@ -84,7 +84,6 @@ impl Origin {
         (self.began, self.held_until) = (began, held_until);
     }
 }
-}
 
 #[cfg(test)]
 mod tests {
