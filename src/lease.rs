@@ -29,6 +29,7 @@ mod foreign;
 mod interface;
 mod ops;
 mod pending;
+mod registry;
 mod reply;
 mod strays;
 mod types;
@@ -42,7 +43,7 @@ use crate::connector::{ConnectError, Connector};
 use crate::lease::acl::LeaseScript;
 
 pub use announcement::Announcement;
-pub use candidates::{Candidate, Heartbeat, Roster};
+pub use candidates::{Candidate, Heartbeat, Registration, Roster, MAX_CANDIDATES};
 pub use control::{Control, ControlMessage, ControlWatch, HandoverRequest};
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
@@ -81,6 +82,9 @@ pub struct LeaseClient {
     control_poke: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// Grants this client may hold without knowing it (see [`Lease::release_strays`]).
     strays: std::sync::Arc<strays::Strays>,
+    /// The candidates as last read, with the registry's version then, and this client's
+    /// instance id in its entry.
+    registry: candidates::Cache,
 }
 
 impl LeaseClient {
@@ -128,6 +132,7 @@ impl LeaseClient {
             scripts: &SCRIPTS,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
+            registry: Default::default(),
         }
     }
 
@@ -141,6 +146,7 @@ impl LeaseClient {
             scripts: self.scripts,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
+            registry: Default::default(),
         }
     }
 

@@ -41,6 +41,8 @@ const HTTP_REFUSED_HELP: &str = "HTTP connections closed at once: publish.max_co
 const EVICTION_RISK_HELP: &str =
     "1 while a Redis server of the election has a maxmemory-policy other than noeviction.";
 const CANDIDATES_HELP: &str = "Registered candidates of the election as last read, by health.";
+const IDENTITY_CONFLICT_HELP: &str =
+    "1 while another live process registers this replica's identity (within a lease_duration).";
 const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
 
 /// Every series of the contract, in one private registry (never the global default, so
@@ -63,6 +65,7 @@ pub struct Metrics {
     pub outputs: OutputMetrics,
     eviction_risk: IntGauge,
     candidates: IntGaugeVec,
+    identity_conflict: IntGauge,
 }
 
 impl Metrics {
@@ -119,6 +122,7 @@ impl Metrics {
                 )
                 .expect("valid gauge"),
             ),
+            identity_conflict: int_gauge(r, "leaderd_identity_conflict", IDENTITY_CONFLICT_HELP),
             registry,
         };
         for h in ["true", "false"] {
@@ -136,6 +140,11 @@ impl Metrics {
         self.candidates
             .with_label_values(&["false"])
             .set(n(unhealthy));
+    }
+
+    /// Whether another live process registers this replica's identity.
+    pub fn set_identity_conflict(&self, conflict: bool) {
+        self.identity_conflict.set(i64::from(conflict));
     }
 
     /// Counts a term this replica has begun.

@@ -44,8 +44,8 @@ fn counters(redis: &RedisServer) -> (f64, u64, u64) {
 /// and the heartbeat's usec per call.
 fn replicas(redis: &RedisServer, name: &str, n: usize, secs: f64) -> (f64, f64, f64) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let base = LeaseClient::connect(&redis.url(), LeaseSpec::new(name, "r0", LEASE))
-        .expect("client");
+    let base =
+        LeaseClient::connect(&redis.url(), LeaseSpec::new(name, "r0", LEASE)).expect("client");
     let base = Arc::new(base);
     let every = LEASE / 3;
     let tasks: Vec<_> = (0..n)
