@@ -32,17 +32,23 @@ fn entry(identity: &str) -> Candidate {
 
 /// Redis CPU (s), `evalsha` calls and usec, read together.
 fn counters(redis: &RedisServer) -> (f64, u64, u64) {
-    let cpu = redis_cpu_seconds(&redis.cmd(&["INFO", "cpu"]));
-    let stats = redis.cmd(&["INFO", "commandstats"]);
+    // Joining replicas keep Redis busy: wait for the answer.
+    let info = |what: &str| {
+        redis
+            .try_cmd(&["INFO", what], Duration::from_secs(60))
+            .expect("INFO")
+    };
+    let cpu = redis_cpu_seconds(&info("cpu"));
+    let stats = info("commandstats");
     let calls = command_calls(&stats).get("evalsha").copied().unwrap_or(0);
     let usec = command_usec(&stats).get("evalsha").copied().unwrap_or(0);
     (cpu, calls, usec)
 }
 
-/// `n` replicas of election `name` heartbeating every `LEASE / 3` (each at a random phase)
-/// for `secs` after one period of warm-up: Redis CPU ms per second, heartbeats per second,
-/// and the heartbeat's usec per call.
-fn replicas(redis: &RedisServer, name: &str, n: usize, secs: f64) -> (f64, f64, f64) {
+/// `n` replicas of election `name` heartbeating every `LEASE / 3` (each at its own phase)
+/// for `secs` once they have all joined: Redis CPU ms per second, heartbeats per second,
+/// the heartbeat's usec per call, and the seconds it took to settle.
+fn replicas(redis: &RedisServer, name: &str, n: usize, secs: f64) -> (f64, f64, f64, f64) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let base =
         LeaseClient::connect(&redis.url(), LeaseSpec::new(name, "r0", LEASE)).expect("client");
@@ -64,7 +70,19 @@ fn replicas(redis: &RedisServer, name: &str, n: usize, secs: f64) -> (f64, f64, 
             })
         })
         .collect();
-    std::thread::sleep(every + Duration::from_millis(500));
+    // Each join changes the registry, so until all have joined every heartbeat reads the
+    // full list: wait until a heartbeat period sees every replica's (at most 2 minutes).
+    let joined = Instant::now();
+    std::thread::sleep(every);
+    loop {
+        let (_, c0, _) = counters(redis);
+        std::thread::sleep(every);
+        let (_, c1, _) = counters(redis);
+        if c1 - c0 >= n as u64 * 9 / 10 || joined.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+    }
+    let settled = joined.elapsed().as_secs_f64();
     let (cpu0, calls0, usec0) = counters(redis);
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(secs));
@@ -76,7 +94,12 @@ fn replicas(redis: &RedisServer, name: &str, n: usize, secs: f64) -> (f64, f64, 
     rt.shutdown_timeout(Duration::from_secs(1));
     let calls = calls1.saturating_sub(calls0);
     let per_call = (usec1.saturating_sub(usec0)) as f64 / calls.max(1) as f64;
-    ((cpu1 - cpu0) * 1000.0 / dt, calls as f64 / dt, per_call)
+    (
+        (cpu1 - cpu0) * 1000.0 / dt,
+        calls as f64 / dt,
+        per_call,
+        settled,
+    )
 }
 
 /// 10,000 junk entries written straight into the hash (future `seen_at_ms` with priority
@@ -117,14 +140,21 @@ pub fn run(quick: bool, tables: &mut Vec<Table>, out: &mut Json) {
             "Redis CPU (ms per s)",
             "heartbeats per s",
             "usec per heartbeat",
+            "settled after (s)",
         ],
     );
     let mut rows = Vec::new();
     for n in [10usize, 200, 1000] {
         eprintln!("  registry: {n} replicas, {secs:.0} s");
-        let (cpu, rate, per_call) = replicas(&redis, &format!("registry-{n}"), n, secs);
-        table.row(vec![n.to_string(), f(cpu, 1), f(rate, 1), f(per_call, 1)]);
-        rows.push(json!({"replicas": n, "cpu_ms_per_s": cpu, "rate": rate, "usec": per_call}));
+        let (cpu, rate, per_call, settled) = replicas(&redis, &format!("registry-{n}"), n, secs);
+        table.row(vec![
+            n.to_string(),
+            f(cpu, 1),
+            f(rate, 1),
+            f(per_call, 1),
+            f(settled, 0),
+        ]);
+        rows.push(json!({"replicas": n, "cpu_ms_per_s": cpu, "rate": rate, "usec": per_call, "settled_s": settled}));
     }
     eprintln!("  registry: 10,000 junk entries, 3 replicas");
     let junk_usec = junk(&redis, secs);
@@ -133,9 +163,10 @@ pub fn run(quick: bool, tables: &mut Vec<Table>, out: &mut Json) {
         "-".into(),
         "-".into(),
         f(junk_usec, 1),
+        "-".into(),
     ]);
     table.note(format!(
-        "{secs:.0} s per row after one heartbeat period of warm-up; Redis CPU is `INFO cpu` used_cpu_sys + used_cpu_user, usec per heartbeat `INFO commandstats` evalsha usec / calls (the heartbeat script with its calls). Replicas are library heartbeats (`Lease::heartbeat`) over one connection, each at its own phase."
+        "{secs:.0} s per row once a heartbeat period saw 90 % of the replicas' heartbeats (settled after: from the first heartbeat; every join changes the registry, so joining replicas read the full list); Redis CPU is `INFO cpu` used_cpu_sys + used_cpu_user, usec per heartbeat `INFO commandstats` evalsha usec / calls (the heartbeat script with its calls). Replicas are library heartbeats (`Lease::heartbeat`) over one connection, each at its own phase."
     ));
     out.insert(
         "registry".into(),
