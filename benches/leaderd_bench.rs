@@ -2,7 +2,7 @@
 //!
 //! Runs leaderd against real `redis-server` processes on loopback and prints the tables of
 //! BENCHMARKS.md; writes them to `target/leaderd-bench/results.md` (and `.json`).
-//! Sections: handover, crash, steady, herd, lock, proxy, followers (default: all). `BENCH_LOCK_ONLY=rslock,lease`
+//! Sections: handover, crash, steady, herd, lock, proxy, followers, registry (default: all). `BENCH_LOCK_ONLY=rslock,lease`
 //! limits the lock section to some of floor, rslock, election, lease, locker, plain;
 //! `BENCH_LOCK_SERVERS=redis,valkey9` (the default) names the servers it runs on (also valkey8).
 
@@ -15,6 +15,7 @@ mod bench {
     pub mod followers;
     pub mod lock;
     pub mod proxy;
+    pub mod registry;
     pub mod stats;
 }
 
@@ -23,7 +24,7 @@ use std::process::Command;
 
 use bench::stats::{loadavg, Table};
 
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "handover",
     "handover-to",
     "crash",
@@ -32,6 +33,7 @@ const SECTIONS: [&str; 8] = [
     "lock",
     "proxy",
     "followers",
+    "registry",
 ];
 
 fn main() {
@@ -92,6 +94,7 @@ fn main() {
                 bench::election::herd(200, if quick { 3 } else { 20 }, &mut tables, &mut json)
             }
             "proxy" => bench::proxy::run(quick, &mut tables, &mut json),
+            "registry" => bench::registry::run(quick, &mut tables, &mut json),
             "followers" => bench::followers::run(
                 if quick { 30.0 } else { 90.0 },
                 if quick { 10 } else { 30 },

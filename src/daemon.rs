@@ -221,6 +221,8 @@ async fn run_with<L: Lease>(
         proxy: proxy.is_some().then_some(gate),
         advertise: config.publish.advertise.clone(),
     };
+    let reporter =
+        Reporter::new(&config.identity, state_tx, metrics.clone(), progress).with_outputs(outputs);
     let (latest, candidates) = watch::channel(crate::lease::Roster::default());
     let latest = Arc::new(latest);
     let stop_candidacy = CancellationToken::new();
@@ -234,7 +236,7 @@ async fn run_with<L: Lease>(
             command_timeout: config.redis.command_timeout,
         },
         state_rx.clone(),
-        metrics.clone(),
+        (metrics.clone(), reporter.clone()),
         latest.clone(),
         stop_candidacy.clone(),
     ));
@@ -255,8 +257,6 @@ async fn run_with<L: Lease>(
         metrics.clone(),
         stop_outputs.clone(),
     );
-    let reporter =
-        Reporter::new(&config.identity, state_tx, metrics, progress).with_outputs(outputs);
     let stop_checks = CancellationToken::new();
     let healthy =
         crate::health::watch_health(config.election.health_check.clone(), stop_checks.clone());

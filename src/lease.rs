@@ -29,6 +29,7 @@ mod foreign;
 mod interface;
 mod ops;
 mod pending;
+mod registry;
 mod release_watch;
 mod reply;
 mod strays;
@@ -43,7 +44,7 @@ use crate::connector::{ConnectError, Connector};
 use crate::lease::acl::LeaseScript;
 
 pub use announcement::Announcement;
-pub use candidates::{Candidate, Heartbeat, Roster};
+pub use candidates::{Candidate, Heartbeat, Registration, Roster, MAX_CANDIDATES};
 pub use control::{Control, ControlMessage, ControlWatch, HandoverRequest};
 pub use interface::Lease;
 pub(crate) use types::{new_token, unix_ms};
@@ -87,6 +88,9 @@ pub struct LeaseClient {
     lock: bool,
     /// Messages its listeners dropped (see [`Lease::messages_dropped`]).
     dropped: announcement::Dropped,
+    /// The candidates as last read, with the registry's version then, and this client's
+    /// instance id in its entry.
+    registry: candidates::Cache,
 }
 
 impl LeaseClient {
@@ -136,6 +140,7 @@ impl LeaseClient {
             strays: Default::default(),
             lock: false,
             dropped: Default::default(),
+            registry: Default::default(),
         }
     }
 
@@ -151,6 +156,7 @@ impl LeaseClient {
             strays: Default::default(),
             lock: false,
             dropped: Default::default(),
+            registry: Default::default(),
         }
     }
 

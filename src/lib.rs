@@ -143,7 +143,7 @@ pub use election::{ElectionEvents, StepDown};
 pub use eviction::EvictionPolicy;
 pub use lease::{
     Acquire, Announcement, Candidate, Heartbeat, Holder, Lease, LeaseClient, LeaseError, LeaseKeys,
-    LeaseSpec, Observed, ReleaseWatch, Roster, Term,
+    LeaseSpec, Observed, Registration, ReleaseWatch, Roster, Term, MAX_CANDIDATES,
 };
 pub use lease::{Control, ControlMessage, ControlWatch, HandoverRequest, Reservation};
 pub use lock::{LeaseGuard, Locker, LossReason, PlainLease, WatchdogConfig};

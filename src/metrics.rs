@@ -44,6 +44,8 @@ const EVICTION_RISK_HELP: &str =
 const CANDIDATES_HELP: &str = "Registered candidates of the election as last read, by health.";
 const DROPPED_HELP: &str =
     "Messages on the election's channels dropped unread: over 1 KiB, or a field out of bounds.";
+const IDENTITY_CONFLICT_HELP: &str =
+    "1 while another live process registers this replica's identity (within a lease_duration).";
 const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
 
 /// Every series of the contract, in one private registry (never the global default, so
@@ -69,6 +71,7 @@ pub struct Metrics {
     messages_dropped: IntCounter,
     /// Where `messages_dropped` is read from at each scrape (the lease's listeners).
     dropped_source: std::sync::OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>,
+    identity_conflict: IntGauge,
 }
 
 impl Metrics {
@@ -133,6 +136,7 @@ impl Metrics {
             ),
             messages_dropped: counter(r, "leaderd_messages_dropped_total", DROPPED_HELP),
             dropped_source: std::sync::OnceLock::new(),
+            identity_conflict: int_gauge(r, "leaderd_identity_conflict", IDENTITY_CONFLICT_HELP),
             registry,
         };
         for h in ["true", "false"] {
@@ -150,6 +154,11 @@ impl Metrics {
         self.candidates
             .with_label_values(&["false"])
             .set(n(unhealthy));
+    }
+
+    /// Whether another live process registers this replica's identity.
+    pub fn set_identity_conflict(&self, conflict: bool) {
+        self.identity_conflict.set(i64::from(conflict));
     }
 
     /// Counts a term this replica has begun, by how it began.

@@ -1,13 +1,17 @@
 //! This replica as a candidate: its entry in the election's registry, refreshed at every
-//! change of its state or health and every `lease_duration / 3`, removed on a clean shutdown.
+//! change of its state or health and every `lease_duration / 3`, removed on a clean shutdown;
+//! what the heartbeat finds about it (refused, an identity conflict, a failure) logged.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{unix_ms, Candidate, Heartbeat, Lease, Roster};
+use super::report::Reporter;
+use crate::election::ElectionEvents;
+use crate::lease::{unix_ms, Candidate, Heartbeat, Lease, Registration, Roster};
 use crate::metrics::Metrics;
 use crate::state::{Phase, Snapshot};
 
@@ -29,10 +33,11 @@ pub(crate) async fn run<L: Lease>(
     lease: Arc<L>,
     profile: Profile,
     mut state: watch::Receiver<Snapshot>,
-    metrics: Arc<Metrics>,
+    (metrics, reporter): (Arc<Metrics>, Reporter),
     latest: Arc<Latest>,
     stop: CancellationToken,
 ) {
+    let mut own = Own::new(profile.lease_duration);
     let started_at_ms = unix_ms(SystemTime::now());
     let every = profile.lease_duration / 3;
     // The first state is a moment away (the elector's first read): register with it rather
@@ -61,17 +66,23 @@ pub(crate) async fn run<L: Lease>(
             seen_at_ms: 0,
         };
         let beat = lease.heartbeat(Heartbeat::Write(&entry), profile.command_timeout);
-        if let Ok(roster) = beat.await {
-            publish(&metrics, &latest, roster);
+        match beat.await {
+            Ok(roster) => {
+                own.found(roster.registration, &profile.identity, &metrics);
+                publish(&metrics, &latest, roster);
+            }
+            // A failed call like any other: a `redis_error` line (rate-limited, an
+            // out-of-memory error named) and `leaderd_redis_errors_total{kind}`.
+            Err(err) => reporter.redis_failed(&err),
         }
         let next = tokio::time::Instant::now() + every;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => break,
-                _ = stop.cancelled() => return remove(&*lease, &profile).await,
+                _ = stop.cancelled() => return remove(&*lease, &profile, &reporter).await,
                 changed = state.changed() => {
                     if changed.is_err() {
-                        return remove(&*lease, &profile).await;
+                        return remove(&*lease, &profile, &reporter).await;
                     }
                     let s = state.borrow();
                     if (s.phase, s.healthy, s.sitting_out) != (phase, healthy, sitting_out) {
@@ -81,13 +92,77 @@ pub(crate) async fn run<L: Lease>(
             }
         }
     }
-    remove(&*lease, &profile).await;
+    remove(&*lease, &profile, &reporter).await;
 }
 
-async fn remove<L: Lease>(lease: &L, profile: &Profile) {
-    let _ = lease
-        .heartbeat(Heartbeat::Remove, profile.command_timeout)
-        .await;
+async fn remove<L: Lease>(lease: &L, profile: &Profile, reporter: &Reporter) {
+    let beat = lease.heartbeat(Heartbeat::Remove, profile.command_timeout);
+    if let Err(err) = beat.await {
+        reporter.redis_failed(&err);
+    }
+}
+
+/// What the heartbeats said about this replica's own entry, so that each finding is logged
+/// when it begins (an identity conflict: at most once per `lease_duration`).
+struct Own {
+    lease_duration: Duration,
+    refused: bool,
+    /// When a heartbeat last found another process's entry of this identity, and when that
+    /// was last logged.
+    conflict_at: Option<Instant>,
+    warned_at: Option<Instant>,
+}
+
+impl Own {
+    fn new(lease_duration: Duration) -> Own {
+        Own {
+            lease_duration,
+            refused: false,
+            conflict_at: None,
+            warned_at: None,
+        }
+    }
+
+    fn found(&mut self, r: Registration, identity: &str, metrics: &Metrics) {
+        if r.refused != self.refused {
+            self.refused = r.refused;
+            if r.refused {
+                let max = crate::lease::MAX_CANDIDATES;
+                tracing::warn!(
+                    event = "registry_full",
+                    max,
+                    "the candidate registry holds {max} live candidates: {identity} runs without an entry (it may still lead; `status` and successor choices do not see it)"
+                );
+            } else {
+                tracing::info!(
+                    event = "registered",
+                    "{identity} is a registered candidate again"
+                );
+            }
+        }
+        let now = Instant::now();
+        if r.conflict {
+            self.conflict_at = Some(now);
+            metrics.set_identity_conflict(true);
+            if self
+                .warned_at
+                .is_none_or(|t| now - t >= self.lease_duration)
+            {
+                self.warned_at = Some(now);
+                tracing::warn!(
+                    event = "identity_conflict",
+                    identity,
+                    "another live process registers the identity {identity}: give each replica its own identity (the lease token keeps them from both leading)"
+                );
+            }
+        } else if self
+            .conflict_at
+            .is_some_and(|t| now - t >= self.lease_duration)
+        {
+            self.conflict_at = None;
+            metrics.set_identity_conflict(false);
+        }
+    }
 }
 
 fn publish(metrics: &Metrics, latest: &Latest, roster: Roster) {

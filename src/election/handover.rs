@@ -170,6 +170,7 @@ fn better(roster: &Roster, leader: &str, for_at_least: Option<Duration>) -> Opti
     let eligible = Roster {
         now_ms: roster.now_ms,
         lease: None,
+        registration: Default::default(),
         candidates: roster
             .candidates
             .iter()
@@ -198,6 +199,7 @@ mod tests {
         let r = Roster {
             now_ms: 0,
             lease: None,
+            registration: Default::default(),
             candidates: vec![
                 c("a", true, 0, None),
                 c("b", true, 0, None),
@@ -215,6 +217,7 @@ mod tests {
         let alone = Roster {
             now_ms: 0,
             lease: None,
+            registration: Default::default(),
             candidates: vec![c("a", true, 0, None)],
         };
         assert_eq!(
@@ -229,6 +232,7 @@ mod tests {
         let mut r = Roster {
             now_ms: 1500,
             lease: None,
+            registration: Default::default(),
             candidates: vec![
                 c("a", true, 5, Some(0)),
                 c("b", true, 9, Some(1000)),

@@ -72,16 +72,28 @@ impl LeaseScript {
                 c(&["PUBLISH", chan, "x"]),
                 c(&["PUBLISH", &keys.successor_channel("x"), "x"]),
             ],
-            LeaseScript::Candidate => vec![
-                c(&["TIME"]),
-                c(&["HSET", &keys.candidates, "x", "x"]),
-                c(&["HDEL", &keys.candidates, "x"]),
-                c(&["HGETALL", &keys.candidates]),
-                c(&["PEXPIRE", &keys.candidates, "1"]),
-                c(&["PTTL", lock]),
-                c(&["HMGET", lock, "holder"]),
-                c(&["HSTRLEN", lock, "holder"]),
-            ],
+            LeaseScript::Candidate => {
+                let (hash, index) = (&keys.candidates, &keys.candidates_index);
+                vec![
+                    c(&["TIME"]),
+                    c(&["HGET", &keys.candidates_state, "version"]),
+                    c(&["HSET", &keys.candidates_state, "version", "1"]),
+                    c(&["HSTRLEN", hash, "x"]),
+                    c(&["HGET", hash, "x"]),
+                    c(&["HSET", hash, "x", "x"]),
+                    c(&["HDEL", hash, "x"]),
+                    c(&["HSCAN", hash, "0", "COUNT", "1"]),
+                    c(&["PEXPIRE", hash, "1"]),
+                    c(&["ZADD", index, "1", "x"]),
+                    c(&["ZREM", index, "x"]),
+                    c(&["ZSCORE", index, "x"]),
+                    c(&["ZCOUNT", index, "0", "1"]),
+                    c(&["ZRANGEBYSCORE", index, "0", "1"]),
+                    c(&["PTTL", lock]),
+                    c(&["HMGET", lock, "holder"]),
+                    c(&["HSTRLEN", lock, "holder"]),
+                ]
+            }
             LeaseScript::Handover => vec![
                 c(&["HMGET", &keys.handover, "id"]),
                 c(&["HSET", &keys.handover, "id", "x"]),

@@ -1,14 +1,10 @@
-//! The candidates of an election (contract part 2, "Candidates"): each replica's entry in
-//! `<prefix>{<name>}:candidates`, written by its heartbeat (`lua/candidate.lua`) with the
-//! Redis server's time, and read back live.
+//! The candidates of an election (README "Candidates"): each replica's entry in
+//! `<prefix>{<name>}:candidates`, written by its heartbeat (`lua/candidate.lua`, called by
+//! `registry`) with the Redis server's time, and read back live and checked.
 
-use std::time::Duration;
-
-use futures::TryFutureExt;
 use tokio::time::Instant;
 
-use super::{LeaseClient, LeaseError, Observed};
-use crate::lease::acl::LeaseScript;
+use super::Observed;
 
 /// One registered candidate, as its last heartbeat wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,12 +38,65 @@ pub struct Candidate {
 pub struct Roster {
     /// Redis server time of the read (ms).
     pub now_ms: u64,
-    /// The candidates not older than a lease duration, in no particular order.
+    /// The candidates not older than a lease duration, in no particular order: at most
+    /// [`MAX_CANDIDATES`], the lease holder's entry and the reader's own besides. Between
+    /// changes a writing heartbeat reads only what changed, so the others' `seen_at_ms` is
+    /// the one of the last full read.
     pub candidates: Vec<Candidate>,
     /// The lease as the heartbeat read it (on Redlock, as a majority sees it), with when the
     /// heartbeat was sent: its `remaining` counts from then, so a follower that takes it as
     /// a read of the lease never thinks it expires later than it does. `None` when unknown.
     pub lease: Option<(Observed, Instant)>,
+    /// What a writing heartbeat found about this replica's own entry.
+    pub registration: Registration,
+}
+
+/// What a writing heartbeat found about this replica's own entry (README "Candidates").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Registration {
+    /// The registry holds [`MAX_CANDIDATES`] live candidates already: this replica's entry
+    /// was not written (it may still lead).
+    pub refused: bool,
+    /// A live entry of this identity written by another process was found.
+    pub conflict: bool,
+}
+
+/// Live candidates a registry holds; past that a new one is refused (`lua/candidate.lua`).
+pub const MAX_CANDIDATES: usize = 1000;
+
+/// The longest entry a reader decodes, in bytes (`lua/candidate.lua`'s `MAX_ENTRY`).
+const MAX_ENTRY: usize = 1024;
+
+/// The candidates as last read from one Redis, with the registry's version then, and this
+/// client's instance id (random per client: two processes of one identity tell each other
+/// apart by it).
+pub(crate) struct Cache {
+    instance: String,
+    pub(super) known: std::sync::Mutex<Option<Known>>,
+}
+
+/// A list of candidates and the registry version it was read at.
+pub(super) struct Known {
+    pub(super) version: String,
+    pub(super) candidates: Vec<Candidate>,
+}
+
+impl Cache {
+    /// This client's instance id, written in its entry.
+    pub(super) fn instance(&self) -> &str {
+        &self.instance
+    }
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        let mut instance = crate::lease::new_token();
+        instance.truncate(16);
+        Cache {
+            instance,
+            known: std::sync::Mutex::new(None),
+        }
+    }
 }
 
 /// What a heartbeat does with this replica's entry.
@@ -62,7 +111,7 @@ pub enum Heartbeat<'a> {
 }
 
 impl Candidate {
-    fn to_json(&self) -> String {
+    pub(super) fn to_json(&self) -> String {
         serde_json::json!({
             "state": self.state,
             "healthy": self.healthy,
@@ -76,31 +125,62 @@ impl Candidate {
         .to_string()
     }
 
-    fn from_json(identity: String, text: &str) -> Option<Candidate> {
-        let v: serde_json::Value = serde_json::from_str(text).ok()?;
-        let num = |k: &str| v.get(k).and_then(|x| x.as_f64()).map(|x| x as u64);
-        let string = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    /// The entry `text` of `identity` when it is what leaderd writes (an entry of at most
+    /// [`MAX_ENTRY`] bytes, each field of its type and range), else `None`.
+    pub(crate) fn from_json(identity: String, text: &str) -> Option<Candidate> {
+        use serde_json::Value;
+        if text.len() > MAX_ENTRY || identity.is_empty() || identity.len() > 256 {
+            return None;
+        }
+        let v: Value = serde_json::from_str(text).ok()?;
+        let absent = |k: &str| v.get(k).is_none_or(Value::is_null);
+        // An integer as cjson writes it (a whole double is one too).
+        let num = |k: &str| -> Option<u64> {
+            let x = v.get(k)?;
+            x.as_u64().or_else(|| {
+                let f = x.as_f64()?;
+                (f >= 0.0 && f.fract() == 0.0 && f < 9.0e15).then_some(f as u64)
+            })
+        };
+        let string = |k: &str, max: usize| {
+            let s = v.get(k)?.as_str()?;
+            (s.len() <= max).then(|| s.to_string())
+        };
+        let flag = |k: &str| v.get(k).and_then(Value::as_bool);
+        let optional = |k: &str, ok: bool| absent(k) || ok;
+        let fine = optional("contending", flag("contending").is_some())
+            && optional("address", string("address", 256).is_some())
+            && optional("healthy_since_ms", num("healthy_since_ms").is_some())
+            && optional("instance", string("instance", 64).is_some());
+        if !fine {
+            return None;
+        }
+        let state = string("state", 32).filter(|s| !s.is_empty())?;
+        let priority = num("priority").filter(|p| *p <= 1000)? as u32;
         Some(Candidate {
             identity,
-            state: string("state").unwrap_or_default(),
-            healthy: v.get("healthy").and_then(|x| x.as_bool()).unwrap_or(false),
-            contending: v
-                .get("contending")
-                .and_then(|x| x.as_bool())
-                .unwrap_or(true),
-            priority: num("priority").unwrap_or(0).min(1000) as u32,
-            address: string("address"),
-            version: string("version").unwrap_or_default(),
-            started_at_ms: num("started_at_ms").unwrap_or(0),
+            state,
+            healthy: flag("healthy")?,
+            contending: flag("contending").unwrap_or(true),
+            priority,
+            address: string("address", 256),
+            version: string("version", 64)?,
+            started_at_ms: num("started_at_ms")?,
             healthy_since_ms: num("healthy_since_ms"),
             seen_at_ms: num("seen_at_ms")?,
         })
+    }
+
+    /// Whether this entry was refreshed within `ttl_ms` before `now_ms` and not after it.
+    pub(crate) fn live_at(&self, now_ms: u64, ttl_ms: u64) -> bool {
+        self.seen_at_ms <= now_ms && now_ms - self.seen_at_ms < ttl_ms
     }
 }
 
 impl Roster {
     /// Merges rosters read from several nodes (Redlock): per identity the freshest entry;
-    /// the lease is `lease`, summarized by the caller over the nodes.
+    /// refused or in conflict when any node says so; the lease is `lease`, summarized by the
+    /// caller over the nodes.
     pub(crate) fn merge(rosters: Vec<Roster>, lease: Option<(Observed, Instant)>) -> Roster {
         let mut out = Roster {
             lease,
@@ -108,6 +188,8 @@ impl Roster {
         };
         for r in rosters {
             out.now_ms = out.now_ms.max(r.now_ms);
+            out.registration.refused |= r.registration.refused;
+            out.registration.conflict |= r.registration.conflict;
             for c in r.candidates {
                 match out.candidates.iter_mut().find(|x| x.identity == c.identity) {
                     Some(x) if x.seen_at_ms < c.seen_at_ms => *x = c,
@@ -131,91 +213,6 @@ impl Roster {
                     .then_with(|| a.identity.cmp(&b.identity))
             })
     }
-}
-
-impl LeaseClient {
-    /// One heartbeat on this Redis (see [`super::Lease::heartbeat`]).
-    pub(crate) async fn heartbeat_here(
-        &self,
-        beat: Heartbeat<'_>,
-        budget: Duration,
-    ) -> Result<Roster, LeaseError> {
-        let (identity, entry) = match beat {
-            Heartbeat::Read => (String::new(), String::new()),
-            Heartbeat::Write(c) => (self.spec.holder.clone(), c.to_json()),
-            Heartbeat::Remove => (self.spec.holder.clone(), String::new()),
-        };
-        let mut call = self.scripts.candidate.prepare_invoke();
-        call.key(&self.keys.candidates)
-            .key(&self.keys.lock)
-            .arg(identity)
-            .arg(entry)
-            .arg(self.ttl_ms());
-        let sent = Instant::now();
-        let reply: Vec<redis::Value> = self
-            .endpoint
-            .call(Some(budget), |mut c| async move {
-                call.invoke_async(&mut c).await
-            })
-            .or_else(|f| self.fail(f, LeaseScript::Candidate))
-            .await?;
-        Ok(parse_roster(reply, sent))
-    }
-}
-
-fn parse_roster(reply: Vec<redis::Value>, sent: Instant) -> Roster {
-    let text = |v: &redis::Value| -> Option<String> { redis::from_redis_value(v.clone()).ok() };
-    let int =
-        |v: Option<&redis::Value>| v.and_then(|v| redis::from_redis_value::<i64>(v.clone()).ok());
-    let mut it = reply.iter();
-    let now_ms = int(it.next()).unwrap_or(0) as u64;
-    let pttl = int(it.next());
-    let fields: Vec<String> = it
-        .by_ref()
-        .take(5)
-        .map(|v| text(v).unwrap_or_default())
-        .collect();
-    let lease = match (pttl, fields.as_slice()) {
-        (Some(pttl), [holder, fence, reserved_for, confirmed, address]) if pttl >= -2 => Some((
-            lease_of(pttl, holder, fence, reserved_for, confirmed, address),
-            sent,
-        )),
-        _ => None,
-    };
-    let mut candidates = Vec::new();
-    while let (Some(id), Some(entry)) = (it.next(), it.next()) {
-        if let (Some(id), Some(entry)) = (text(id), text(entry)) {
-            candidates.extend(Candidate::from_json(id, &entry));
-        }
-    }
-    Roster {
-        now_ms,
-        candidates,
-        lease,
-    }
-}
-
-/// The lease as `lua/candidate.lua` returns it, read as [`LeaseClient`]'s observe reads it:
-/// an unconfirmed term (WAIT, Redlock) names nobody yet.
-fn lease_of(
-    pttl: i64,
-    holder: &str,
-    fence: &str,
-    reserved_for: &str,
-    confirmed: &str,
-    address: &str,
-) -> Observed {
-    if pttl == -2 {
-        return Observed::Vacant;
-    }
-    let holder = if confirmed == "0" { "" } else { holder };
-    Observed::from_fields(
-        holder.to_string(),
-        fence.parse().unwrap_or(0),
-        address.to_string(),
-        reserved_for.to_string(),
-        pttl,
-    )
 }
 
 #[cfg(test)]
@@ -255,6 +252,7 @@ mod tests {
             now_ms: 0,
             candidates: vec![c("c", true, 5, 1), c("b", true, 5, 1), c("a", false, 9, 1)],
             lease: None,
+            registration: Default::default(),
         };
         assert_eq!(r.best_successor(None).unwrap().identity, "b");
         assert_eq!(r.best_successor(Some("b")).unwrap().identity, "c");
@@ -267,53 +265,18 @@ mod tests {
     }
 
     #[test]
-    fn the_heartbeat_reply_carries_the_lease() {
-        use redis::Value;
-        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let reply = |pttl: i64, holder: &str, confirmed: &str| {
-            vec![
-                Value::Int(1000),
-                Value::Int(pttl),
-                b(holder),
-                b("1764600000000018"),
-                b(""),
-                b(confirmed),
-                b("10.0.0.2:8080"),
-                b("pod-b"),
-                b(r#"{"healthy":true,"priority":3,"seen_at_ms":990}"#),
-            ]
-        };
-        let sent = Instant::now();
-        let r = parse_roster(reply(14000, "pod-a", "1"), sent);
-        assert_eq!(r.candidates.len(), 1);
-        let (seen, at) = r.lease.unwrap();
-        assert_eq!(at, sent);
-        let h = seen.holder().unwrap();
-        assert_eq!((h.holder.as_str(), h.fence), ("pod-a", 1764600000000018));
-        assert_eq!(h.remaining, Some(Duration::from_millis(14000)));
-        assert_eq!(h.address.as_deref(), Some("10.0.0.2:8080"));
-        // An unconfirmed term names nobody; no lease is vacant; -3 is unknown.
-        let unconfirmed = parse_roster(reply(14000, "pod-a", "0"), sent)
-            .lease
-            .unwrap()
-            .0;
-        assert!(matches!(unconfirmed, Observed::Quarantined { .. }));
-        let vacant = parse_roster(reply(-2, "", ""), sent).lease.unwrap().0;
-        assert_eq!(vacant, Observed::Vacant);
-        assert_eq!(parse_roster(reply(-3, "", ""), sent).lease, None);
-    }
-
-    #[test]
     fn merge_keeps_the_freshest_entry() {
         let a = Roster {
             now_ms: 5,
             candidates: vec![c("a", true, 1, 2)],
             lease: None,
+            registration: Default::default(),
         };
         let b = Roster {
             now_ms: 7,
             candidates: vec![c("a", false, 1, 4), c("b", true, 1, 1)],
             lease: None,
+            registration: Default::default(),
         };
         let m = Roster::merge(vec![a, b], None);
         assert_eq!(m.now_ms, 7);

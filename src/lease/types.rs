@@ -57,6 +57,8 @@ impl LeaseSpec {
             fence: format!("{base}:fence"),
             released: format!("{base}:released"),
             candidates: format!("{base}:candidates"),
+            candidates_index: format!("{base}:candidates:seen"),
+            candidates_state: format!("{base}:candidates:state"),
             control: format!("{base}:control"),
             handover: format!("{base}:handover"),
         }
@@ -85,6 +87,10 @@ pub struct LeaseKeys {
     pub released: String,
     /// The candidates' registry (a hash: identity -> JSON entry).
     pub candidates: String,
+    /// The registry's index (a sorted set: identity -> `seen_at_ms`).
+    pub candidates_index: String,
+    /// The registry's version and cleanup cursor (a hash).
+    pub candidates_state: String,
     /// The channel handover requests and refusals are published on.
     pub control: String,
     /// A pending handover request (a hash `id`, `to`, `by` with the request's TTL).
