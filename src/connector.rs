@@ -138,6 +138,24 @@ impl Connector {
         }
     }
 }
+/// `info` without the `CLIENT SETINFO` that a connect sends by default: the minimal ACL
+/// (README, "ACL") does not allow it, and a server that has it (Redis 7.2+, Valkey) would log
+/// every connect as a denial in `ACL LOG`.
+pub(crate) fn without_setinfo(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    info.set_redis_settings(settings)
+}
+
+/// A client for `url` that does not send `CLIENT SETINFO` ([`without_setinfo`]).
+///
+/// # Errors
+/// The URL does not parse.
+pub(crate) fn open_client(url: &str) -> RedisResult<Client> {
+    Client::open(without_setinfo(
+        redis::IntoConnectionInfo::into_connection_info(url)?,
+    ))
+}
+
 /// Connect timeouts a cluster connection gets in all (see [`Connector::connect_limit`]).
 pub(crate) const CLUSTER_CONNECTS: u32 = 4;
 

@@ -10,10 +10,34 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-const REDIS_BIN: &str = "redis-server";
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
 const CMD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The server binary the tests run, chosen by `LEADERD_TEST_SERVER` (README, "Servers"):
+/// `redis` (the default: `redis-server` on PATH), `valkey8` (`valkey-server` on PATH),
+/// `valkey9` (`target/servers/valkey9/valkey-server`, which `scripts/ensure-servers`
+/// installs), or the path of a server binary. Sentinel is the same binary with
+/// `--sentinel`, a cluster its cluster mode.
+pub fn server_bin() -> PathBuf {
+    let chosen = std::env::var("LEADERD_TEST_SERVER").unwrap_or_default();
+    let bin = match chosen.as_str() {
+        "" | "redis" => PathBuf::from("redis-server"),
+        "valkey8" => PathBuf::from("valkey-server"),
+        "valkey9" => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/servers/valkey9/valkey-server"),
+        path if path.contains('/') => PathBuf::from(path),
+        other => panic!(
+            "LEADERD_TEST_SERVER={other}: allowed: redis, valkey8, valkey9 or the path of a server binary"
+        ),
+    };
+    if bin.components().count() > 1 && !bin.exists() {
+        panic!(
+            "LEADERD_TEST_SERVER={chosen}: {} does not exist (scripts/ensure-servers installs it)",
+            bin.display()
+        );
+    }
+    bin
+}
 
 /// A redis-server child process on 127.0.0.1 with no persistence, killed on drop.
 pub struct RedisServer {
@@ -198,7 +222,7 @@ impl RedisServer {
             .to_str()
             .expect("utf-8 temp dir")
             .to_string();
-        let mut child = Command::new(REDIS_BIN)
+        let mut child = Command::new(server_bin())
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--dir", &dir, "--daemonize", "no"])
             .args(["--protected-mode", "no"])
@@ -213,7 +237,7 @@ impl RedisServer {
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {REDIS_BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", server_bin().display()));
         let deadline = Instant::now() + START_TIMEOUT;
         let mut polls = START_TIMEOUT.as_millis() / POLL.as_millis() + 1;
         loop {
