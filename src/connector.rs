@@ -26,7 +26,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
 
 pub(crate) use cluster::key_slot;
 pub(crate) use cluster::ClusterConnector;
-pub(crate) use connection::Conn;
+pub(crate) use connection::{Conn, ScriptSlot};
 pub(crate) use sentinel::{NodeSettings, SentinelConnector};
 pub use spec::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
 pub(crate) use tls::init_tls;
@@ -55,7 +55,10 @@ impl Connector {
                 .await
                 .map(Conn::Single),
             Connector::Sentinel(s) => s.master(limit).await.map(|(_, c)| Conn::Single(c)),
-            Connector::Cluster(c) => c.client.get_async_connection().await.map(Conn::Cluster),
+            Connector::Cluster(c) => {
+                let conn = c.client.get_async_connection().await?;
+                Ok(Conn::Cluster(conn, ScriptSlot::new()))
+            }
         }
     }
 
