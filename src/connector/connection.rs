@@ -58,7 +58,7 @@ impl ScriptSlot {
         let load = name.eq_ignore_ascii_case(b"SCRIPT")
             && args.next().is_some_and(|a| a.eq_ignore_ascii_case(b"LOAD"));
         let slot = self.0.load(Ordering::Relaxed);
-        (load && slot != Self::NONE).then(|| slot as u16)
+        (load && slot != Self::NONE).then_some(slot as u16)
     }
 }
 
