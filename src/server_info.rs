@@ -3,6 +3,7 @@
 //! server`, which the minimal ACL already allows.
 
 use redis::aio::ConnectionLike;
+use redis::Value;
 
 /// A server's name, version and native compare-and-set commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,14 +90,37 @@ fn parse_version(version: &str) -> (u32, u32) {
 }
 
 /// The server `conn` talks to, from `INFO server`; `None` when it does not answer (an ACL
-/// without `+info`) or names no version.
+/// without `+info`) or names no version. A cluster connection asks every node: then the name
+/// and version are the first node's and the commands those every node has.
 pub(crate) async fn read<C: ConnectionLike + Send>(conn: &mut C) -> Option<ServerInfo> {
-    let info: String = redis::cmd("INFO")
+    let reply: Value = redis::cmd("INFO")
         .arg("server")
         .query_async(conn)
         .await
         .ok()?;
-    ServerInfo::from_info(&info)
+    let mut texts = Vec::new();
+    info_texts(&reply, &mut texts);
+    let mut infos = texts.iter().filter_map(|t| ServerInfo::from_info(t));
+    let first = infos.next()?;
+    Some(infos.fold(first, |all, one| ServerInfo {
+        set_ifeq: all.set_ifeq && one.set_ifeq,
+        delifeq: all.delifeq && one.delifeq,
+        delex: all.delex && one.delex,
+        hpexpire: all.hpexpire && one.hpexpire,
+        ..all
+    }))
+}
+
+/// Every `INFO` text in `reply`: one for a server, one per node (a map) for a cluster.
+fn info_texts(reply: &Value, out: &mut Vec<String>) {
+    match reply {
+        Value::BulkString(b) => out.push(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => out.push(s.clone()),
+        Value::VerbatimString { text, .. } => out.push(text.clone()),
+        Value::Map(pairs) => pairs.iter().for_each(|(_, v)| info_texts(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| info_texts(v, out)),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -136,5 +160,27 @@ mod tests {
             "valkey 9.1.2 (native: SET-IFEQ DELIFEQ HPEXPIRE)"
         );
         assert_eq!(ServerInfo::from_info("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn a_cluster_offers_what_every_node_has() {
+        let node = |v: &str| {
+            let text = format!("# Server\r\nserver_name:valkey\r\nvalkey_version:{v}\r\n");
+            Value::BulkString(text.into_bytes())
+        };
+        let addr = |a: &str| Value::SimpleString(a.into());
+        let reply = Value::Map(vec![
+            (addr("a:1"), node("9.1.2")),
+            (addr("b:1"), node("8.1.0")),
+        ]);
+        let mut texts = Vec::new();
+        info_texts(&reply, &mut texts);
+        assert_eq!(texts.len(), 2);
+        let infos: Vec<_> = texts
+            .iter()
+            .filter_map(|t| ServerInfo::from_info(t))
+            .collect();
+        assert_eq!(infos[0].commands(), "SET-IFEQ DELIFEQ HPEXPIRE");
+        assert_eq!(infos[1].commands(), "SET-IFEQ");
     }
 }
