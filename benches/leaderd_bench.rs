@@ -162,7 +162,10 @@ fn machine() -> String {
     format!(
         "- machine: {cores} cores ({cpu}), {mem} RAM, Linux {}\n- {}; {}; leaderd {} (release build)",
         out("uname", &["-r"]),
-        out("redis-server", &["--version"])
+        out(
+            &support::redis::server_bin().display().to_string(),
+            &["--version"]
+        )
             .split_whitespace()
             .take(3)
             .collect::<Vec<_>>()

@@ -52,6 +52,17 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// What each server offers, as last read at a connect (one per Redlock node).
+    #[cfg_attr(not(feature = "daemon"), allow(dead_code))] // read by check-config --probe
+    pub(crate) fn server_infos(&self) -> Vec<crate::server_info::ServerInfoWatch> {
+        match self {
+            Backend::Redis(l) => l.server_infos(),
+            Backend::Redlock(l) => l.server_infos(),
+        }
+    }
+}
+
 impl Lease for Backend {
     fn spec(&self) -> &LeaseSpec {
         match self {

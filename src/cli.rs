@@ -344,8 +344,9 @@ fn check_config(overrides: &Overrides, probe: bool) -> i32 {
     0
 }
 
-/// Connects (one `observe`) and reports each server's `maxmemory-policy` on stderr.
-async fn probe_redis<L: crate::Lease>(lease: &L, budget: std::time::Duration) -> i32 {
+/// Connects (one `observe`) and reports each server's `maxmemory-policy`, and what it is
+/// and offers (README, "Servers"), on stderr.
+async fn probe_redis(lease: &crate::Backend, budget: std::time::Duration) -> i32 {
     if let Err(err) = lease.observe(budget).await {
         eprintln!("leaderd: probe: Redis does not answer: {err}");
         return EXIT_FAILURE;
@@ -364,6 +365,15 @@ async fn probe_redis<L: crate::Lease>(lease: &L, budget: std::time::Duration) ->
                 p.server
             ),
             None => eprintln!("leaderd: probe: a server's maxmemory-policy could not be read"),
+        }
+    }
+    for mut info in lease.server_infos() {
+        let read = tokio::time::timeout(budget, info.wait_for(Option::is_some)).await;
+        match read.ok().and_then(|r| r.ok()).and_then(|i| i.clone()) {
+            Some(info) => eprintln!("leaderd: probe: server {info}"),
+            None => eprintln!(
+                "leaderd: probe: a server's name and version could not be read (INFO server)"
+            ),
         }
     }
     0

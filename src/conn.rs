@@ -10,23 +10,42 @@ use redis::Client;
 use tokio::sync::watch;
 
 use crate::connector::{Conn, Connector};
+use crate::server_info::{ServerInfo, ServerInfoWatch};
 
 pub use crate::failure::{FailureKind, RedisFailure};
 
-/// Reads a new connection's `maxmemory-policy` in the background (never delaying the call
-/// that connected) and publishes it; nothing when the server does not tell.
-fn read_eviction_policy(
-    mut conn: Conn,
-    sender: Arc<watch::Sender<Option<crate::eviction::EvictionPolicy>>>,
-    server: String,
-    budget: Duration,
-) {
+/// What the server of a new connection is: its `maxmemory-policy` and its [`ServerInfo`],
+/// read in the background (never delaying the call that connected) and published; nothing
+/// when the server does not tell. The server info is logged at DEBUG when it is new.
+fn read_server(mut conn: Conn, watches: ServerWatches, server: String, budget: Duration) {
     tokio::spawn(async move {
         let read = crate::eviction::read_policy(&mut conn);
         if let Ok(Some(policy)) = tokio::time::timeout(budget, read).await {
-            sender.send_replace(Some(crate::eviction::EvictionPolicy { server, policy }));
+            let policy = crate::eviction::EvictionPolicy {
+                server: server.clone(),
+                policy,
+            };
+            watches.eviction.send_replace(Some(policy));
+        }
+        let read = crate::server_info::read(&mut conn);
+        if let Ok(Some(info)) = tokio::time::timeout(budget, read).await {
+            let new = watches.info.send_if_modified(|seen| {
+                let new = seen.as_ref() != Some(&info);
+                *seen = Some(info.clone());
+                new
+            });
+            if new {
+                tracing::debug!(server = %server, "server {info}");
+            }
         }
     });
+}
+
+/// Where [`read_server`] publishes.
+#[derive(Clone)]
+struct ServerWatches {
+    eviction: Arc<watch::Sender<Option<crate::eviction::EvictionPolicy>>>,
+    info: Arc<watch::Sender<Option<ServerInfo>>>,
 }
 
 fn abandoned() -> RedisFailure {
@@ -51,8 +70,8 @@ pub struct Endpoint {
     /// Bumped when a call drops the connection (a timeout, a broken link): without waiting
     /// for the slot, which a connect in progress may hold for up to the connect timeout.
     generation: std::sync::atomic::AtomicU64,
-    /// The server's `maxmemory-policy`, read at every new connection.
-    eviction: Arc<watch::Sender<Option<crate::eviction::EvictionPolicy>>>,
+    /// The server's `maxmemory-policy` and [`ServerInfo`], read at every new connection.
+    server: ServerWatches,
 }
 
 /// Where a connect's outcome appears (`None` while it runs).
@@ -79,7 +98,10 @@ impl Endpoint {
             slot: Arc::default(),
             connecting: Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
-            eviction: Arc::new(watch::Sender::new(None)),
+            server: ServerWatches {
+                eviction: Arc::new(watch::Sender::new(None)),
+                info: Arc::new(watch::Sender::new(None)),
+            },
         }
     }
 
@@ -167,7 +189,7 @@ impl Endpoint {
         *connecting = Some((made, rx.clone()));
         let limit = self.connector.connect_limit(self.connect_timeout);
         let (connector, slot) = (self.connector.clone(), self.slot.clone());
-        let (eviction, budget) = (self.eviction.clone(), self.command_timeout);
+        let (watches, budget) = (self.server.clone(), self.command_timeout);
         tokio::spawn(async move {
             let server = connector.server_label();
             let outcome = match tokio::time::timeout(limit, connector.connect(limit)).await {
@@ -180,7 +202,7 @@ impl Endpoint {
             };
             if let Ok(conn) = &outcome {
                 *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some((conn.clone(), made));
-                read_eviction_policy(conn.clone(), eviction, server, budget);
+                read_server(conn.clone(), watches, server, budget);
             }
             tx.send_replace(Some(outcome));
         });
@@ -196,7 +218,13 @@ impl Endpoint {
     pub fn eviction_policy(
         &self,
     ) -> tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>> {
-        self.eviction.subscribe()
+        self.server.eviction.subscribe()
+    }
+
+    /// What the server offers ([`ServerInfo`]) as last read (at every new connection).
+    #[cfg_attr(not(feature = "daemon"), allow(dead_code))] // read by check-config --probe
+    pub(crate) fn server_info(&self) -> ServerInfoWatch {
+        self.server.info.subscribe()
     }
 
     fn forget(&self) {

@@ -26,7 +26,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
 
 pub(crate) use cluster::key_slot;
 pub(crate) use cluster::ClusterConnector;
-pub(crate) use connection::Conn;
+pub(crate) use connection::{Conn, ScriptSlot};
 pub(crate) use sentinel::{NodeSettings, SentinelConnector};
 pub use spec::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
 pub(crate) use tls::init_tls;
@@ -55,7 +55,10 @@ impl Connector {
                 .await
                 .map(Conn::Single),
             Connector::Sentinel(s) => s.master(limit).await.map(|(_, c)| Conn::Single(c)),
-            Connector::Cluster(c) => c.client.get_async_connection().await.map(Conn::Cluster),
+            Connector::Cluster(c) => {
+                let conn = c.client.get_async_connection().await?;
+                Ok(Conn::Cluster(conn, ScriptSlot::new()))
+            }
         }
     }
 
@@ -138,6 +141,24 @@ impl Connector {
         }
     }
 }
+/// `info` without the `CLIENT SETINFO` that a connect sends by default: the minimal ACL
+/// (README, "ACL") does not allow it, and a server that has it (Redis 7.2+, Valkey) would log
+/// every connect as a denial in `ACL LOG`.
+pub(crate) fn without_setinfo(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    info.set_redis_settings(settings)
+}
+
+/// A client for `url` that does not send `CLIENT SETINFO` ([`without_setinfo`]).
+///
+/// # Errors
+/// The URL does not parse.
+pub(crate) fn open_client(url: &str) -> RedisResult<Client> {
+    Client::open(without_setinfo(
+        redis::IntoConnectionInfo::into_connection_info(url)?,
+    ))
+}
+
 /// Connect timeouts a cluster connection gets in all (see [`Connector::connect_limit`]).
 pub(crate) const CLUSTER_CONNECTS: u32 = 4;
 

@@ -42,6 +42,7 @@ use redis::{Client, Script};
 use crate::conn::{Endpoint, RedisFailure};
 use crate::connector::{ConnectError, Connector};
 use crate::lease::acl::LeaseScript;
+use crate::server_info::ServerInfoWatch;
 
 pub use announcement::Announcement;
 pub use candidates::{Candidate, Heartbeat, Registration, Roster, MAX_CANDIDATES};
@@ -100,7 +101,7 @@ impl LeaseClient {
     /// # Errors
     /// [`ConnectError::BadUrl`] when the URL cannot be parsed.
     pub fn connect(url: &str, spec: LeaseSpec) -> Result<Self, ConnectError> {
-        let client = Client::open(url).map_err(|cause| ConnectError::BadUrl {
+        let client = crate::connector::open_client(url).map_err(|cause| ConnectError::BadUrl {
             key: "url".into(),
             cause,
         })?;
@@ -168,6 +169,12 @@ impl LeaseClient {
     /// The Redis endpoint, to run other scripts on the same connection (Redlock).
     pub(crate) fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// What the server offers, as last read at a connect ([`ServerInfo`]).
+    #[cfg_attr(not(feature = "daemon"), allow(dead_code))] // read by check-config --probe
+    pub(crate) fn server_infos(&self) -> Vec<ServerInfoWatch> {
+        vec![self.endpoint.server_info()]
     }
 
     /// The endpoint, shared, for work that outlives a call (Redlock's background undo).

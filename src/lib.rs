@@ -19,7 +19,8 @@
 //! Internal modules: `conn` (one Redis endpoint with timeouts), `failure` (its error kinds),
 //! `connector` (where its connections come from), `lease::release_watch` (the release channel
 //! listener), `lease::acl` (naming the ACL permission a Redis user lacks), `eviction` (what a
-//! server's `maxmemory-policy` can evict, [`EvictionPolicy`]), `backend` ([`Backend`]).
+//! server's `maxmemory-policy` can evict, [`EvictionPolicy`]), `server_info` (a server's name,
+//! version and native commands), `backend` ([`Backend`]).
 //!
 //! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
 //! state channel), `exec` and `keeper` (the command run only while leading), `health`,
@@ -100,6 +101,7 @@ mod failure;
 mod lease;
 mod lock;
 mod redlock;
+mod server_info;
 pub mod state;
 
 #[cfg(feature = "daemon")]

@@ -93,6 +93,15 @@ struct Node {
 }
 
 impl RedlockClient {
+    /// What each node offers, as last read at a connect.
+    #[cfg_attr(not(feature = "daemon"), allow(dead_code))] // read by check-config --probe
+    pub(crate) fn server_infos(&self) -> Vec<crate::server_info::ServerInfoWatch> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.lease.server_infos())
+            .collect()
+    }
+
     /// A client for the lease `spec` on the independent Redis masters at `urls` (an odd
     /// number, at least 3). Nothing is sent until the first operation.
     ///
@@ -104,7 +113,7 @@ impl RedlockClient {
             .iter()
             .enumerate()
             .map(|(i, url)| {
-                Client::open(url.as_ref()).map_err(|cause| ConnectError::BadUrl {
+                crate::connector::open_client(url.as_ref()).map_err(|cause| ConnectError::BadUrl {
                     key: format!("redis.urls[{i}]"),
                     cause,
                 })

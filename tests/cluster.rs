@@ -2,7 +2,8 @@
 //! three masters with one replica each. The lease works; its slot is migrated to another
 //! master (ASK during the migration, MOVED after it), then its shard fails over to the
 //! replica (`CLUSTER FAILOVER`); a seed node hangs; leadership continues and no two terms
-//! overlap.
+//! overlap. And right after a crashed master's replica took over and the old master
+//! rejoined empty, renewals and a graceful handover are as quick as before.
 
 mod support;
 
@@ -96,8 +97,9 @@ fn settled(servers: &[RedisServer], slot: u16, port: u16) -> bool {
     })
 }
 
-#[test]
-fn lease_survives_resharding_and_failover_of_its_shard() {
+/// Six nodes (`cluster-node-timeout 1000`), three masters with one replica each, all agreeing
+/// that the cluster is ok; returns them, the lease's slot and the master that serves it.
+fn six_node_cluster() -> (Vec<RedisServer>, u16, Node) {
     let args = [
         "--cluster-enabled",
         "yes",
@@ -125,9 +127,7 @@ fn lease_survives_resharding_and_failover_of_its_shard() {
         "{}",
         String::from_utf8_lossy(&created.stdout)
     );
-
     let lock = format!("leaderd:{{{NAME}}}:lock");
-    let fence = format!("leaderd:{{{NAME}}}:fence");
     let slot: u16 = servers[0]
         .cmd(&["CLUSTER", "KEYSLOT", &lock])
         .parse()
@@ -139,6 +139,14 @@ fn lease_survives_resharding_and_failover_of_its_shard() {
         (replicas == 3 && settled(&servers, slot, owner.port)).then_some(owner)
     });
     let owner = ready.expect("the cluster is ok with 3 masters and 3 replicas");
+    (servers, slot, owner)
+}
+
+#[test]
+fn lease_survives_resharding_and_failover_of_its_shard() {
+    let (servers, slot, owner) = six_node_cluster();
+    let lock = format!("leaderd:{{{NAME}}}:lock");
+    let fence = format!("leaderd:{{{NAME}}}:fence");
     // The election exists already (skip the first-start quarantine).
     assert_eq!(
         by_port(&servers, owner.port).cmd(&["SET", &fence, "1000"]),
@@ -273,4 +281,189 @@ fn lease_survives_resharding_and_failover_of_its_shard() {
             eprintln!("==== {} ====\n{}", d.identity(), d.log());
         }
     }
+}
+
+/// Every node agrees that the cluster is ok, that `slot` is served by `port`, and that the
+/// node on `rejoined` is a replica again.
+fn rejoined(servers: &[RedisServer], slot: u16, port: u16, rejoined: u16) -> bool {
+    settled(servers, slot, port)
+        && servers.iter().all(|s| {
+            cluster_nodes(s)
+                .iter()
+                .any(|n| n.port == rejoined && !n.master)
+        })
+}
+
+/// A field of `INFO replication`.
+fn replication(server: &RedisServer, field: &str) -> Option<String> {
+    let info = server.cmd(&["INFO", "replication"]);
+    let prefix = format!("{field}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.trim().to_owned())
+}
+
+/// The replica of `master` has everything `master` wrote (its link is up and its offset is
+/// the master's): a kill of `master` then loses no acknowledged write of the lease.
+fn replica_caught_up(servers: &[RedisServer], master: &Node) -> bool {
+    let nodes = cluster_nodes(by_port(servers, master.port));
+    let Some(replica) = nodes.iter().find(|n| !n.master && n.master_id == master.id) else {
+        return false;
+    };
+    let replica = by_port(servers, replica.port);
+    let master = by_port(servers, master.port);
+    replication(replica, "master_link_status").as_deref() == Some("up")
+        && replication(master, "master_repl_offset") == replication(replica, "slave_repl_offset")
+}
+
+/// The first `acquired` event at or after `after_ms` among `daemons`: (identity, acquired_at_ms).
+fn acquired_since(daemons: &[Daemon], after_ms: u64) -> Option<(String, u64)> {
+    daemons.iter().find_map(|d| {
+        d.events_named("acquired").into_iter().find_map(|e| {
+            let at = e["acquired_at_ms"].as_u64()?;
+            (at >= after_ms).then(|| (d.identity().to_string(), at))
+        })
+    })
+}
+
+/// The slot's master is SIGKILLed, its replica is promoted, and the old master comes back
+/// empty and rejoins as a replica; three times. Within 1 s of every node agreeing again, the
+/// leader renews and a graceful handover (SIGTERM) takes milliseconds: no call waits on a
+/// node that is gone or on the one that rejoins (README, "cluster").
+#[test]
+fn right_after_a_failover_renewals_and_handovers_are_quick() {
+    let (mut servers, slot, mut owner) = six_node_cluster();
+    let fence = format!("leaderd:{{{NAME}}}:fence");
+    assert_eq!(
+        by_port(&servers, owner.port).cmd(&["SET", &fence, "1000"]),
+        "OK"
+    );
+    let seeds: Vec<String> = servers
+        .iter()
+        .map(|s| format!("redis://127.0.0.1:{}", s.port()))
+        .collect();
+    let extra = format!("redis:\n  mode: cluster\n  urls: [{}]\n", seeds.join(", "));
+    // A renew deadline that outlasts a failover (up to 3 s here), so that a leader renews
+    // through it.
+    let mut daemons: Vec<Daemon> = ["f-a", "f-b", "f-c"]
+        .iter()
+        .map(|id| {
+            let mut o = DaemonOpts::new(NAME, id, "");
+            o.lease = "6s".into();
+            o.renew_deadline = "4s".into();
+            o.retry = "300ms".into();
+            o.command_timeout = "250ms".into();
+            o.extra_yaml = extra.clone();
+            Daemon::spawn(&o)
+        })
+        .collect();
+    wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
+        daemons
+            .iter()
+            .find(|d| d.status_doc().is_some_and(|doc| doc["is_leader"] == true))
+    })
+    .expect("a first leader");
+    let dump = |daemons: &[Daemon]| {
+        daemons
+            .iter()
+            .map(|d| format!("==== {}\n{}", d.identity(), d.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for round in 1..=3 {
+        // Replication is asynchronous: a kill may lose the last writes (README, "cluster":
+        // min_replicas_ack), which is not what this test is about.
+        let synced = wait_until(Duration::from_secs(10), Duration::from_millis(5), || {
+            replica_caught_up(&servers, &owner).then_some(())
+        });
+        assert!(
+            synced.is_some(),
+            "round {round}: the master's replica catches up"
+        );
+        let killed = servers
+            .iter()
+            .position(|s| s.port() == owner.port)
+            .expect("ours");
+        servers[killed].stop();
+        let promoted = wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
+            let alive: Vec<&RedisServer> = servers.iter().filter(|s| s.is_running()).collect();
+            let new = owner_of(&cluster_nodes(alive[0]), slot)?;
+            let agreed = alive.iter().all(|s| {
+                s.cmd(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                    && owner_of(&cluster_nodes(s), slot).is_some_and(|n| n.port == new.port)
+            });
+            (new.port != owner.port && agreed).then_some(new)
+        });
+        let promoted = promoted.unwrap_or_else(|| panic!("round {round}: a replica is promoted"));
+        servers[killed].start_again();
+        let back = wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+            rejoined(&servers, slot, promoted.port, owner.port).then_some(())
+        });
+        assert!(
+            back.is_some(),
+            "round {round}: the old master rejoins as a replica"
+        );
+        let ok_at = now_ms();
+        eprintln!("round {round}: the cluster is ok again at {ok_at}");
+        let renewed = wait_until(Duration::from_secs(1), Duration::from_millis(20), || {
+            daemons.iter().find_map(|d| {
+                let doc = d.status_doc()?;
+                let valid = doc["lease_valid_until_ms"].as_u64()?;
+                // Renewed after `ok_at`: drift is 6 s * 1 % + 2 ms.
+                (doc["is_leader"] == true && valid >= ok_at + 6000 - 62)
+                    .then(|| d.identity().to_string())
+            })
+        });
+        let leader = renewed.unwrap_or_else(|| {
+            panic!(
+                "round {round}: no renewal within 1 s of the cluster being ok:\n{}",
+                dump(&daemons)
+            )
+        });
+        let i = daemons
+            .iter()
+            .position(|d| d.identity() == leader)
+            .expect("ours");
+        let stop_at = now_ms();
+        daemons[i].signal(Signal::SIGTERM);
+        assert_eq!(daemons[i].wait_exit(Duration::from_secs(10)), Some(0));
+        let next = wait_until(Duration::from_secs(5), Duration::from_millis(10), || {
+            acquired_since(&daemons, stop_at)
+        });
+        let (next, at) =
+            next.unwrap_or_else(|| panic!("round {round}: nobody took over:\n{}", dump(&daemons)));
+        assert!(
+            at - stop_at < 250,
+            "round {round}: handover from {leader} to {next} took {} ms:\n{}",
+            at - stop_at,
+            dump(&daemons)
+        );
+        eprintln!(
+            "round {round}: handover from {leader} to {next} in {} ms",
+            at - stop_at
+        );
+        daemons[i].restart();
+        let up = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+            daemons[i].status_doc()
+        });
+        assert!(up.is_some(), "{} answers again", daemons[i].identity());
+        owner = promoted;
+    }
+    for d in &daemons {
+        d.signal(Signal::SIGTERM);
+    }
+    let codes: Vec<_> = daemons
+        .iter_mut()
+        .map(|d| d.wait_exit(Duration::from_secs(10)))
+        .collect();
+    assert!(
+        codes.iter().all(|c| *c == Some(0)),
+        "{codes:?}:\n{}",
+        dump(&daemons)
+    );
+    if std::env::var("DUMP").is_ok() {
+        eprintln!("{}", dump(&daemons));
+    }
+    let logs: Vec<_> = daemons.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -49,6 +49,17 @@ fn an_evicting_policy_is_warned_metered_and_probed() {
     let probe = fine.cli(&["check-config", "--probe"]);
     assert_eq!(probe.code, Some(0), "{probe:?}");
     assert!(probe.stderr.contains("noeviction"), "{probe:?}");
+    // What the server is, as its own INFO says (README, "Servers").
+    let info = safe.cmd(&["INFO", "server"]);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    };
+    let name = field("server_name").unwrap_or_else(|| "redis".into());
+    let version = field(&format!("{name}_version")).expect("the server's version in INFO");
+    let shown = format!("leaderd: probe: server {name} {version} (native: ");
+    assert!(probe.stderr.contains(&shown), "{shown} in {probe:?}");
     let port = safe.port();
     drop(safe);
     let mut down = DaemonOpts::new("noevict", "replica-b", &format!("redis://127.0.0.1:{port}"));

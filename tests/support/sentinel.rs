@@ -1,4 +1,4 @@
-//! Owns `Sentinel`: a real redis-sentinel process on 127.0.0.1 watching one master, killed on drop.
+//! Owns `Sentinel`: a real Sentinel process (the test server binary with `--sentinel`) on 127.0.0.1 watching one master, killed on drop.
 
 use std::fs::OpenOptions;
 use std::net::SocketAddr;
@@ -12,7 +12,7 @@ use super::{free_port, resp_cmd, wait_until, RedisServer};
 pub const MASTER: &str = "leaderd-master";
 const T: Duration = Duration::from_secs(5);
 
-/// A redis-sentinel process on 127.0.0.1 with its own config file; killed on drop.
+/// A Sentinel process on 127.0.0.1 with its own config file; killed on drop.
 pub struct Sentinel {
     port: u16,
     dir: tempfile::TempDir,
@@ -42,13 +42,14 @@ impl Sentinel {
                 .append(true)
                 .open(dir.path().join("sentinel.log"))
                 .expect("log");
-            let mut child = Command::new("redis-sentinel")
+            let mut child = Command::new(super::redis::server_bin())
                 .arg(&conf)
+                .arg("--sentinel")
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(log.try_clone().expect("log")))
                 .stderr(Stdio::from(log))
                 .spawn()
-                .expect("spawn redis-sentinel");
+                .expect("spawn the Sentinel");
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let up = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -65,7 +66,7 @@ impl Sentinel {
             let _ = child.kill();
             let _ = child.wait();
         }
-        panic!("redis-sentinel did not start");
+        panic!("the Sentinel did not start");
     }
 
     pub fn port(&self) -> u16 {
