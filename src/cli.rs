@@ -414,7 +414,7 @@ pub(crate) fn one_shot_budget<L: Lease>(lease: &L, config: &Config) -> std::time
     lease.default_budget() + config.redis.connect_timeout * connects
 }
 
-/// What `status` shows: the lease, and the candidates in the contract's order.
+/// What `status` shows: the lease, and the candidates in the order of docs/operating.md#candidates.
 async fn read_status<L: Lease>(
     lease: &L,
     budget: std::time::Duration,
@@ -472,7 +472,8 @@ fn status_json(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
     if let Observed::Reserved { for_identity, .. } = seen {
         doc["reserved_for"] = serde_json::json!(for_identity);
     }
-    // The candidates keep the contract's field order (a `Value` would sort them).
+    // The candidates keep the field order of docs/operating.md#candidates (a `Value` would sort
+    // them).
     let mut text = doc.to_string();
     text.pop();
     let list = serde_json::to_string(candidates).unwrap_or_else(|_| "[]".into());
@@ -522,7 +523,7 @@ fn shown_identity(value: &str) -> String {
     crate::escape::escape_text(bounded(value))
 }
 
-/// The longest identity shown (the contract's bound on identities).
+/// The longest identity shown (the bound on identities, docs/protocol.md#messages).
 const MAX_SHOWN: usize = 256;
 
 fn print_status_error(name: &str, err: &LeaseError, json: bool) {

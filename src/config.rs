@@ -160,7 +160,7 @@ pub struct RedisConfig {
     pub command_timeout: Duration,
     /// When > 0, an acquire or renew counts only after that many replicas acknowledged it.
     pub min_replicas_ack: u32,
-    /// `redis.tls` (an optional addition to the contract): the files for `rediss://`
+    /// `redis.tls` (optional, beyond `rediss://` alone): the files for `rediss://`
     /// connections. None: the system's CA roots, no client certificate.
     pub tls: Option<TlsConfig>,
 }

@@ -47,7 +47,7 @@ impl LeaderWork for NoWork {
     }
 }
 
-/// The timing of an election (see the contract's "Timing and safety").
+/// The timing of an election (docs/protocol.md#timing).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
     /// Lease TTL in Redis.
@@ -92,7 +92,7 @@ pub struct Policy {
     /// Release the lease on shutdown (otherwise let it expire).
     pub release_on_shutdown: bool,
     /// Hand over to a healthy candidate of higher priority once it has been registered and
-    /// healthy for a lease duration (contract, "Priority").
+    /// healthy for a lease duration (docs/operating.md#priority).
     pub preempt: bool,
 }
 
@@ -287,7 +287,8 @@ async fn follow<L: Lease, E: ElectionEvents>(
                     reporter.acquire_result(AcquireResult::Error);
                 }
                 reporter.redis_failed(&err);
-                // Redis cannot be reached: poll every retry_period with jitter (contract).
+                // Redis cannot be reached: poll every retry_period with jitter
+                // (docs/protocol.md#wake-ups).
                 Sight::unknown(Instant::now() + jittered(t.retry_period, t.jitter), origin)
             }
         };
@@ -416,9 +417,9 @@ impl Sight {
     }
 
     /// Whether a vacancy read at `sent` is the expiry of the lease seen (read from `hold_off`
-    /// before it on), inside the `hold_off` after it that a follower that is not the best
-    /// successor leaves to the best one: the wait for the expiry goes on (contract,
-    /// "Priority"), as it would have without the read.
+    /// before it on), inside the `hold_off` after it that a follower that is not the best successor
+    /// leaves to the best one: the wait for the expiry goes on (docs/protocol.md#wake-ups), as it
+    /// would have without the read.
     fn held_off(&self, sent: Instant, hold_off: Duration) -> bool {
         let expiring = matches!(
             self.seen,
@@ -513,7 +514,7 @@ fn is_best_successor(roster: &Roster, sight: &Sight, me: &str) -> bool {
         .is_none_or(|c| c.identity == me)
 }
 
-/// When a follower attempts next (contract, "Timing and safety" and "Priority"):
+/// When a follower attempts next (docs/protocol.md#wake-ups):
 /// - a live leader: at the observed expiry + 1 ms, `retry_period / 2` later when this
 ///   follower is not the best successor; polling (the jittered retry, never inside that
 ///   extra wait) only while the release subscription is not `quiet` (confirmed);

@@ -1,5 +1,6 @@
-//! The HTTP server of the contract: probes, the status document, its event stream and the
-//! metrics, every answer computed from the state when it is asked.
+//! The HTTP server (docs/outputs.md#http-when-publishhttp_addr-is-set): probes, the status
+//! document, its event stream and the metrics, every answer computed from the state when it is
+//! asked.
 
 mod events;
 pub mod fds;
@@ -144,7 +145,8 @@ pub(crate) fn serve_apart(
     })
 }
 
-/// The routes of the contract; unknown paths get 404, other methods on known paths 405.
+/// The routes of docs/outputs.md#http-when-publishhttp_addr-is-set; unknown paths get 404, other
+/// methods on known paths 405.
 fn router(ctx: HttpContext) -> Router {
     Router::new()
         .route("/", get(root))

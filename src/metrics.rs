@@ -1,5 +1,5 @@
-//! The Prometheus metrics of the contract: a private registry whose every series carries the
-//! `name` label, counters the elector bumps, and gauges derived from the state when scraped.
+//! The Prometheus metrics (docs/outputs.md#metrics): a private registry whose every series carries
+//! the `name` label, counters the elector bumps, and gauges derived from the state when scraped.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -48,7 +48,7 @@ const IDENTITY_CONFLICT_HELP: &str =
     "1 while another live process registers this replica's identity (within a lease_duration).";
 const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a label.";
 
-/// Every series of the contract, in one private registry (never the global default, so
+/// Every series of docs/outputs.md#metrics, in one private registry (never the global default, so
 /// several elections or tests in one process do not collide).
 pub struct Metrics {
     registry: Registry,
@@ -75,8 +75,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers every series of the contract, labelled `name="<election>"`, each label value
-    /// pre-created at 0 so `rate()` and alerts work before the first event.
+    /// Registers every series of docs/outputs.md#metrics, labelled `name="<election>"`, each label
+    /// value pre-created at 0 so `rate()` and alerts work before the first event.
     pub fn new(election: &str, version: &str) -> Metrics {
         let labels = HashMap::from([("name".to_owned(), election.to_owned())]);
         let registry = Registry::new_custom(None, Some(labels)).expect("valid registry labels");

@@ -26,14 +26,15 @@
 //!   leader listens on every node's control channel.
 //! - **observe**: the holder seen on a majority.
 //!
-//! Why fences strictly increase: the term with fence `M1` wrote a counter `>= M1` to a
-//! majority `Q1` while it held the lease there. A later term is granted by a majority `Q2`,
-//! and `Q1` and `Q2` share a node. On that node the later grant came after the earlier term's
-//! raise (a grant needs the key absent, and the earlier term held it until after it claimed),
-//! so the node's `INCR` answered more than `M1`, and the later term's fence, the maximum over
-//! `Q2`, is larger still. Assumption: no node loses acknowledged writes (see the README on
-//! persistence); an empty restart seeds the node's counter from its clock in microseconds and
-//! quarantines it, which keeps fences increasing as long as the nodes' clocks roughly agree.
+//! Why fences strictly increase: the term with fence `M1` wrote a counter `>= M1` to a majority
+//! `Q1` while it held the lease there. A later term is granted by a majority `Q2`, and `Q1` and
+//! `Q2` share a node. On that node the later grant came after the earlier term's raise (a grant
+//! needs the key absent, and the earlier term held it until after it claimed), so the node's `INCR`
+//! answered more than `M1`, and the later term's fence, the maximum over `Q2`, is larger still.
+//! Assumption: no node loses acknowledged writes (see
+//! docs/redis-modes.md#persistence-what-each-mode-needs-and-why); an empty restart seeds the node's
+//! counter from its clock in microseconds and quarantines it, which keeps fences increasing as long
+//! as the nodes' clocks roughly agree.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,5 +1,5 @@
-//! The ACL lines of README "Security" on a real redis-server (7.0): replicas run with the
-//! minimal line of "ACL"; an operator with exactly the operator line runs `leaderd status`
+//! The ACL lines of docs/security.md on a real redis-server (7.0): replicas run with the
+//! minimal line of docs/redis-modes.md#acl; an operator with exactly the operator line runs `leaderd status`
 //! and `leaderd handover` without a denial, and cannot write the lease, the fence or the
 //! registry (directly or from a script) nor publish on the release channels.
 
@@ -12,11 +12,12 @@ use support::{minimal_acl, new_token, wait_until, Daemon, DaemonOpts, RedisServe
 
 const OPERATOR: &str = "leaderd-operator";
 
-/// The operator line of README.md as ACL arguments (a quoted selector is one argument).
+/// The operator line of docs/security.md as ACL arguments (a quoted selector is one argument).
 fn operator_acl(password: &str) -> Vec<String> {
-    let docs =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .expect("read README.md");
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/security.md"),
+    )
+    .expect("read docs/security.md");
     let line = docs
         .lines()
         .find(|l| l.starts_with(&format!("ACL SETUSER {OPERATOR} on ")))

@@ -1,4 +1,4 @@
-//! Announcements on the release channel (contract part 2, "Announcements"): JSON messages
+//! Announcements on the release channel (docs/protocol.md#messages): JSON messages
 //! for a release and for a term's start, the start announced only once the term really
 //! began (never for an acquire that WAIT then undoes; after the majority on Redlock), and
 //! followers that name a new leader at once: woken by the announcement, from a read of the

@@ -1,4 +1,4 @@
-//! Candidates (contract part 2, "Candidates"): every replica registers, refreshes and
+//! Candidates (docs/operating.md#candidates): every replica registers, refreshes and
 //! removes its entry; `status` (text and `--json`), `GET /candidates` and the
 //! `leaderd_candidates` gauge list them; a SIGKILLed replica is gone within `lease_duration`,
 //! a clean shutdown removes its entry; `election.priority` out of range is one clear line.
@@ -86,7 +86,7 @@ fn replicas_register_are_listed_and_leave() {
         assert!(keys.contains(&k), "{k} missing: {first}");
     }
     assert_eq!(first["state"], "leader", "{doc}");
-    // The contract's field order, as printed.
+    // The field order of docs/operating.md#candidates, as printed.
     let out = ds[0].cli(&["status", "--json"]).stdout;
     let list = &out[out.find("\"candidates\"").expect("candidates")..];
     let pos = |k: &str| list.find(&format!("\"{k}\":")).unwrap_or(usize::MAX);

@@ -1,6 +1,6 @@
 //! The chaos run in `redis.mode: redlock` over 5 independent nodes, each behind one proxy that
-//! every replica goes through, under random faults: a node SIGKILLed and restarted empty after
-//! more than `lease_duration` (the README's rule for nodes without persistence), a node
+//! every replica goes through, under random faults: a node SIGKILLed and restarted empty after more
+//! than `lease_duration` (docs/redis-modes.md#persistence-what-each-mode-needs-and-why), a node
 //! SIGSTOPped or cut off, a minority (2 nodes) SIGSTOPped or cut off together, and the process
 //! faults on the 5 `leaderd` replicas (SIGKILL, SIGSTOP, SIGTERM). At most 2 nodes are under a
 //! fault at once. Then the same global checks as `tests/chaos.rs` (`tests/chaos_common`).

@@ -10,13 +10,13 @@
 //! - `chaos_long_sentinel` (`cargo test --release --test chaos_sentinel -- --ignored
 //!   --nocapture`): `CHAOS_SECONDS` (default 1200) and at least 1,000 terms.
 //!
-//! Output: `target/tmp/chaos-sentinel-<short|long>/`. `CHAOS_SENTINEL_ACK` sets
-//! `min_replicas_ack` (default 1), `CHAOS_SENTINEL_REPLICAS` the number of Redis replicas
-//! (default 2; with 1, `min_replicas_ack: 1` is every replica). `CHAOS_SENTINEL_FORCED=1` adds forced failovers
+//! Output: `target/tmp/chaos-sentinel-<short|long>/`. `CHAOS_SENTINEL_ACK` sets `min_replicas_ack`
+//! (default 1), `CHAOS_SENTINEL_REPLICAS` the number of Redis replicas (default 2; with 1,
+//! `min_replicas_ack: 1` is every replica). `CHAOS_SENTINEL_FORCED=1` adds forced failovers
 //! (`SENTINEL FAILOVER`): with `min_replicas_ack` below the number of replicas they lose
-//! acknowledged acquires (the old master keeps taking writes that the other replica
-//! acknowledges until the Sentinels reconfigure it), so that run finds reused fences and
-//! overlaps; it is not part of CI (README, "Faults: what leaderd guarantees").
+//! acknowledged acquires (the old master keeps taking writes that the other replica acknowledges
+//! until the Sentinels reconfigure it), so that run finds reused fences and overlaps; it is not
+//! part of CI (docs/safety.md#faults-what-leaderd-guarantees-and-what-it-cannot).
 
 mod chaos_common;
 mod support;
@@ -32,7 +32,8 @@ use rand::Rng;
 use support::sentinel::MASTER;
 use support::{resp_cmd, RedisServer, Sentinel};
 
-/// `command_timeout` of 250 ms: `min_replicas_ack` wants 200 ms or more (README).
+/// `command_timeout` of 250 ms: `min_replicas_ack` wants 200 ms or more
+/// (docs/redis-modes.md#min_replicas_ack-single-sentinel-cluster).
 const TIMINGS: Timings = Timings {
     lease: "1000ms",
     renew_deadline: "650ms",

@@ -28,9 +28,10 @@ const RETRY_MS: u64 = 1000;
 /// A renew's round trip on loopback (a few ms; the command timeout, 200 ms, is only what a
 /// renew may take before it fails).
 const ROUND_TRIP_MS: u64 = 10;
-/// What the bound allows beyond `retry_period` plus a round trip (README, "Faults"): the
-/// leader's renew timer firing late and its round trip slowed, on a 2-core machine shared
-/// with other builds (up to 30 ms over seen at a load average of 15).
+/// What the bound allows beyond `retry_period` plus a round trip
+/// (docs/safety.md#faults-what-leaderd-guarantees-and-what-it-cannot): the leader's renew timer
+/// firing late and its round trip slowed, on a 2-core machine shared with other builds (up to 30 ms
+/// over seen at a load average of 15).
 const SLACK_MS: u64 = 90;
 const JUMP_MS: i64 = 10_000;
 const SLOW: Duration = Duration::from_secs(15);

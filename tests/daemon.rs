@@ -47,8 +47,8 @@ fn status_json(c: &Cluster, via: usize) -> (Option<i32>, Value) {
     (out.code, doc)
 }
 
-/// Every series of the contract, labelled with the election name, with its label values.
-fn assert_contract_metrics(text: &str, name: &str) {
+/// Every series of docs/outputs.md#metrics, labelled with the election name, with its label values.
+fn assert_documented_metrics(text: &str, name: &str) {
     let series = parse_metrics(text);
     let has = |metric: &str, labels: &[(&str, &str)]| {
         series.iter().any(|(n, l, _)| {
@@ -272,7 +272,7 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
     assert_eq!(d.request("DELETE", "/metrics").0, 405);
     let (code, metrics_text) = d.get("/metrics");
     assert_eq!(code, 200);
-    assert_contract_metrics(&metrics_text, &name);
+    assert_documented_metrics(&metrics_text, &name);
     let m = |text: &str, metric: &str, labels: &[(&str, &str)]| {
         metric_value(text, metric, labels).unwrap_or_else(|| panic!("no {metric} in\n{text}"))
     };
@@ -303,7 +303,7 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
     support::tools::promtool_accepts(&metrics_text, "the leader's /metrics");
     let follower = c.others(l)[0];
     let (_, ftext) = c.daemons[follower].get("/metrics");
-    assert_contract_metrics(&ftext, &name);
+    assert_documented_metrics(&ftext, &name);
     assert_eq!(m(&ftext, "leaderd_is_leader", &[]), 0.0);
     assert_eq!(m(&ftext, "leader_election_master_status", &[]), 0.0);
     assert_eq!(m(&ftext, "leaderd_fence", &[]), 0.0);

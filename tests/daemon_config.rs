@@ -284,7 +284,7 @@ fn status_exit_codes_and_json_shape() {
     assert_eq!(doc["remaining_ms"], Value::Null);
     assert_eq!(cli(&["status", "--config", &path]).code, Some(3));
 
-    // Quarantined (the placeholder of the contract): exit 3.
+    // Quarantined (the placeholder of docs/protocol.md#quarantine): exit 3.
     redis.cmd(&[
         "HSET",
         key,
@@ -409,7 +409,7 @@ fn run_as_nobody(args: &[&str], timeout: Duration) -> Option<(Option<i32>, Strin
     Some((code, std::fs::read_to_string(&err_path).unwrap_or_default()))
 }
 
-/// Audit V1: a hook that exists and has an x bit, but only for its owner (root), cannot be
+/// A hook that exists and has an x bit, but only for its owner (root), cannot be
 /// run by leaderd running as another user: check-config and run refuse it as that user.
 #[test]
 fn a_hook_that_this_user_may_not_execute_is_refused() {
@@ -451,7 +451,7 @@ fn a_hook_that_this_user_may_not_execute_is_refused() {
     }
 }
 
-/// Audit D4: an exec program that cannot be found or run is refused like a hook's, naming
+/// An exec program that cannot be found or run is refused like a hook's, naming
 /// `exec.command` and the value, whether it comes from the file or from `run -- COMMAND`.
 #[test]
 fn an_exec_program_that_cannot_run_is_refused_naming_it() {
@@ -482,7 +482,7 @@ fn an_exec_program_that_cannot_run_is_refused_naming_it() {
     }
 }
 
-/// Audit V2: check-config and run list every problem at once, including those the Redis
+/// check-config and run list every problem at once, including those the Redis
 /// client would find (a URL it cannot parse, `min_replicas_ack` with Redlock).
 #[test]
 fn problems_the_redis_client_finds_come_with_the_others() {
@@ -523,7 +523,7 @@ fn problems_the_redis_client_finds_come_with_the_others() {
     }
 }
 
-/// Audit N7: a `${VAR}` whose value is not UTF-8 is reported once, as such (not as unset),
+/// A `${VAR}` whose value is not UTF-8 is reported once, as such (not as unset),
 /// naming the variable and the key.
 #[test]
 fn a_variable_that_is_not_utf8_is_named_as_such() {
@@ -547,7 +547,7 @@ fn a_variable_that_is_not_utf8_is_named_as_such() {
     );
 }
 
-/// Audit N7: a config file that starts with a UTF-8 byte order mark (as some editors
+/// A config file that starts with a UTF-8 byte order mark (as some editors
 /// write them) is read like one without.
 #[test]
 fn a_byte_order_mark_at_the_start_is_ignored() {

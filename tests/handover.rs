@@ -1,8 +1,8 @@
-//! Handover and priority (contract part 2, "Handover", "Priority") against real Redis
-//! servers and real `leaderd` processes: `leaderd handover` with and without `--to`, every
-//! refusal with its exit code and nothing changed in Redis, the leader's own refusals (also
-//! of a request whose message was missed), exec mode's order, preemption, the reserved
-//! release after SIGTERM, a target that dies inside the window, and Redlock.
+//! Handover and priority (docs/operating.md#handover, docs/operating.md#priority) against real
+//! Redis servers and real `leaderd` processes: `leaderd handover` with and without `--to`, every
+//! refusal with its exit code and nothing changed in Redis, the leader's own refusals (also of a
+//! request whose message was missed), exec mode's order, preemption, the reserved release after
+//! SIGTERM, a target that dies inside the window, and Redlock.
 
 mod daemon_common;
 mod exec_common;

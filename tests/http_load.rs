@@ -1,6 +1,6 @@
-//! The contract's "HTTP under load", against the real binary: a flood of idle, slow,
-//! oversized and non-reading clients neither starves the election nor grows leaderd's
-//! memory; connections past `publish.max_connections` are closed at once and counted;
+//! HTTP under load (docs/outputs.md#http-when-publishhttp_addr-is-set), against the real binary: a
+//! flood of idle, slow, oversized and non-reading clients neither starves the election nor grows
+//! leaderd's memory; connections past `publish.max_connections` are closed at once and counted;
 //! shutdown does not wait for a client; a low `nofile` limit does not make the leader fall.
 
 mod support;
@@ -310,9 +310,9 @@ fn idle_clients_under_a_low_nofile_limit_do_not_starve_the_election() {
     drop(idle);
 }
 
-/// The contract's two HTTP timeouts, told apart: a head has 5 s, an idle keep-alive
-/// connection between requests 60 s (so a keep-alive client, e.g. a scraper, keeps its
-/// connection across a 7 s pause).
+/// The two HTTP timeouts (docs/outputs.md#http-when-publishhttp_addr-is-set), told apart: a head
+/// has 5 s, an idle keep-alive connection between requests 60 s (so a keep-alive client, e.g. a
+/// scraper, keeps its connection across a 7 s pause).
 #[test]
 fn an_idle_keep_alive_connection_outlives_the_head_timeout() {
     let redis = RedisServer::start();
@@ -487,10 +487,10 @@ fn read_answer(s: &mut TcpStream) -> bool {
     }
 }
 
-/// The contract: "Under such a load the leader misses no renewal: the election's timers do
-/// not depend on HTTP work." A thousand keep-alive clients scraping `/metrics` as fast as
-/// they can for 8 s (the HTTP server's own thread busy all along): no step-down, renewals
-/// on time, `/readyz` answered 200 within a kubelet's second.
+/// Under such a load the leader misses no renewal: the election's timers do not depend on HTTP work
+/// (docs/outputs.md#http-when-publishhttp_addr-is-set). A thousand keep-alive clients scraping
+/// `/metrics` as fast as they can for 8 s (the HTTP server's own thread busy all along): no
+/// step-down, renewals on time, `/readyz` answered 200 within a kubelet's second.
 #[test]
 fn a_flood_of_scrapes_does_not_delay_the_leaders_renewals() {
     let redis = RedisServer::start();

@@ -761,7 +761,7 @@ async fn observe_reports_vacant_quarantined_and_held() {
     assert_eq!(support::fence_of(&seen), term.fence);
     assert!(seen.remaining().is_some_and(|r| r <= lease && !r.is_zero()));
     assert!(!matches!(seen, leaderd::Observed::Quarantined { .. }));
-    // The lease hash carries the contract's fields.
+    // The lease hash carries the fields of docs/protocol.md#the-lease-hash.
     assert_eq!(redis.cmd(&["HGET", &keys.lock, "token"]), term.token);
     let acquired_at_ms: u64 = redis
         .cmd(&["HGET", &keys.lock, "acquired_at_ms"])

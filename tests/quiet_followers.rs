@@ -1,4 +1,4 @@
-//! Quiet followers (issue 11, contract "Timing and safety" and "Priority") against real
+//! Quiet followers (docs/protocol.md#wake-ups) against real
 //! redis-server and leaderd processes: what a follower costs Redis under a live leader
 //! (counted per follower with MONITOR, each follower its own ACL user), a follower whose
 //! subscription silently dies (the test proxy blackholes only its subscriber connection),

@@ -36,7 +36,7 @@ fn leader_after(daemons: &[Daemon], after_ms: u64, bound: Duration) -> Option<(S
     })
 }
 
-/// The minimal ACL line of `README.md`, plus `+wait` (for `min_replicas_ack`).
+/// The minimal ACL line of `docs/redis-modes.md`, plus `+wait` (for `min_replicas_ack`).
 fn minimal_acl_plus_wait(password: &str) -> Vec<String> {
     let mut acl = support::minimal_acl("leaderd", password, &[]);
     acl.push("+wait".into());

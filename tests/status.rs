@@ -91,7 +91,7 @@ fn status_shows_a_quarantine_and_a_reservation() {
     assert_eq!(st["fence"], 79, "{st}");
 }
 
-/// Audit V3: `status` and `handover` run on an operator's host, which need not have the
+/// `status` and `handover` run on an operator's host, which need not have the
 /// replicas' hook and exec programs: only check-config and run check that they can run.
 #[test]
 fn status_and_handover_do_not_need_the_hook_and_exec_programs() {
@@ -143,7 +143,7 @@ fn status_text(redis: &RedisServer, name: &str) -> (Option<i32>, String) {
     (out.code, out.stdout)
 }
 
-/// Audit N3 and N4: whatever Redis holds, `status` prints one line per candidate (control
+/// Whatever Redis holds, `status` prints one line per candidate (control
 /// characters escaped), and says how long is left in one style, `no TTL` for a key without.
 #[test]
 fn status_text_is_one_line_per_candidate_and_says_no_ttl() {

@@ -1,4 +1,4 @@
-//! `leaderd status --watch` (contract part 2, "Candidates"): against real replicas, one new
+//! `leaderd status --watch` (docs/operating.md#candidates): against real replicas, one new
 //! document per change (a candidate joining, one leaving after SIGTERM, a leader taking over
 //! after a SIGKILL), none while nothing changes, the error line while Redis is down and the
 //! status again after it is back, no terminal escapes without a TTY, a cleared screen and a

@@ -1,6 +1,6 @@
 //! ACL users and TLS against real redis-server processes.
 //!
-//! - leaderd runs with exactly the minimal ACL of `README.md` (acquire, renew,
+//! - leaderd runs with exactly the minimal ACL of `docs/redis-modes.md` (acquire, renew,
 //!   NOSCRIPT reload, release, pub/sub takeover, `status`) and Redis logs no denial;
 //! - a user lacking one permission gets an error naming it;
 //! - the password (from `password_file` or `LEADERD_REDIS_PASSWORD`) never appears in logs,

@@ -76,7 +76,7 @@ fn cost(secs: f64, tables: &mut Vec<Table>, out: &mut Json) {
         f(s.max, 2),
     ]);
     table.note(format!(
-        "MONITOR for {secs:.0} s, each follower's command connection counted (a script call once, its inner commands not); {pings} PINGs on the subscriber connections in the window, not counted (the contract's rule)."
+        "MONITOR for {secs:.0} s, each follower's command connection counted (a script call once, its inner commands not); {pings} PINGs on the subscriber connections in the window, not counted (docs/protocol.md#wake-ups)."
     ));
     out.insert(
         "follower_cost".into(),
@@ -149,7 +149,7 @@ fn announcement(runs: usize, tables: &mut Vec<Table>, out: &mut Json) {
     let mut row = vec![s.n.to_string()];
     row.extend(pcells(&s, 1));
     table.row(row);
-    table.note("The follower's `leader_changed` log line (its timestamp) minus the new leader's `acquired_at_ms`: both clocks are this host's. Target (contract): p99 <= 10 ms.");
+    table.note("The follower's `leader_changed` log line (its timestamp) minus the new leader's `acquired_at_ms`: both clocks are this host's. Target: p99 <= 10 ms.");
     out.insert("announcement_ms".into(), json!(lateness));
     tables.push(table);
 }

@@ -6,10 +6,10 @@
 #     selectors of Services, PDBs and ServiceMonitors match pods, the pods pass the
 #     "restricted" Pod Security Standard settings we rely on;
 #  3. every leaderd container (a plain container, or a native sidecar: an init container with
-#     restartPolicy: Always, which needs a startupProbe): its config.yaml (from the ConfigMap) against the contract
-#     (leaderd_config.py), ${VAR}s defined in its env, the identity different per replica, the
-#     probes on /healthz and /readyz in the way that keeps rollouts working, the secret and
-#     leader-file paths mounted.
+#     restartPolicy: Always, which needs a startupProbe): its config.yaml (from the ConfigMap)
+#     against the documented keys (leaderd_config.py), ${VAR}s defined in its env, the identity
+#     different per replica, the probes on /healthz and /readyz in the way that keeps rollouts
+#     working, the secret and leader-file paths mounted.
 # Objects of the monitoring.coreos.com group (ServiceMonitor) are written as JSON to --crd-out
 # for check_crds.mjs, which validates them against the prometheus-operator schemas.
 #

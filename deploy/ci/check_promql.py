@@ -3,14 +3,14 @@
 #   check_promql.py alerts RULES.yaml TESTS.yaml
 #       every alert of RULES is unit-tested in TESTS both firing (non-empty exp_alerts) and
 #       silent (empty exp_alerts); every metric, label and label value the expressions select
-#       is one the contract defines.
+#       is one docs/outputs.md defines.
 #   check_promql.py dashboard DASHBOARD.json OUTDIR
 #       lints the Grafana dashboard (a `name` variable, every leaderd selector filtered by it,
 #       the required panels, data source through the variable, unique panel ids), then writes
 #       OUTDIR/dashboard.rules.yaml (every panel query with the template variables substituted,
 #       as recording rules, for `promtool check rules`) and OUTDIR/dashboard.test.yaml with
 #       OUTDIR/dashboard.absent.yaml (for `promtool test rules`: on synthetic series shaped like
-#       the contract's metrics, no panel query may come back empty).
+#       the documented metrics, no panel query may come back empty).
 #   check_promql.py prometheusrule RULES.yaml PROMETHEUSRULE.yaml [--write]
 #       the PrometheusRule for the Prometheus Operator carries exactly the groups of RULES
 #       (with --write: regenerates it from RULES).
@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 
 ELECTION = {"name": None}
-# Metric -> label -> allowed values (None: any value). From the contract's metrics table.
-CONTRACT: dict[str, dict[str, set[str] | None]] = {
+# Metric -> label -> allowed values (None: any value). From the documented metrics table.
+DOCUMENTED: dict[str, dict[str, set[str] | None]] = {
     "leaderd_is_leader": {},
     "leaderd_leader_transitions_total": {"began": {"first", "release", "expiry", "handover",
                                                    "quarantine"}},
@@ -68,10 +68,10 @@ def selector_problems(expr: str, where: str) -> list[str]:
         metric, matchers = m.group(1), m.group(3) or ""
         if metric in PROCESS:
             allowed: dict[str, set[str] | None] = {}
-        elif metric in CONTRACT:
-            allowed = {**ELECTION, **CONTRACT[metric]}
+        elif metric in DOCUMENTED:
+            allowed = {**ELECTION, **DOCUMENTED[metric]}
         else:
-            problems.append(f"{where}: metric {metric} is not in the contract")
+            problems.append(f"{where}: metric {metric} is not documented (docs/outputs.md)")
             continue
         for lm in MATCHER_RE.finditer(matchers):
             label, op, value = lm.groups()
@@ -151,7 +151,7 @@ def substitute(expr: str, where: str, problems: list[str]) -> str:
 
 
 def synthetic_series() -> list[dict[str, str]]:
-    """Series shaped like the contract's metrics: two elections, three replicas each."""
+    """Series shaped like the documented metrics: two elections, three replicas each."""
     series = []
     for e, (election, pods) in enumerate((("orders", "abc"), ("billing", "def"))):
         for i, pod in enumerate(pods):
@@ -181,7 +181,7 @@ def synthetic_series() -> list[dict[str, str]]:
                                   ("leaderd_renewals_total", "result"),
                                   ("leaderd_step_downs_total", "reason"),
                                   ("leaderd_redis_errors_total", "kind")):
-                for value in sorted(CONTRACT[metric][label] or ()):
+                for value in sorted(DOCUMENTED[metric][label] or ()):
                     series.append({"series": f'{metric}{{{base},{label}="{value}"}}', "values": "0+1x60"})
     return series
 
@@ -263,7 +263,7 @@ def cmd_dashboard(path: str, outdir: str) -> int:
         "rule_files": ["dashboard.absent.yaml"],
         "evaluation_interval": "30s",
         "tests": [{
-            "name": "every dashboard query returns data on contract-shaped series",
+            "name": "every dashboard query returns data on series shaped like the documented metrics",
             "interval": "30s",
             "input_series": synthetic_series(),
             "alert_rule_test": [{"eval_time": "29m", "alertname": f"DashboardQueryEmpty_panel{pid}_{ref}",

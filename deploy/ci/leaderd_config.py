@@ -1,4 +1,4 @@
-# Checks a leaderd config.yaml against the contract's "Configuration" section (known keys, types,
+# Checks a leaderd config.yaml against README.md#configuration (known keys, types,
 # enums, durations and the timing rules), so the example configs under deploy/ are valid without
 # needing a built leaderd. Used by check_k8s.py (ConfigMaps) and by .ci/check-deploy (systemd).
 #
@@ -6,7 +6,7 @@
 #
 # --env names the variables the environment provides (for ${VAR} references); --exec says the
 # command line gives an exec-mode command (`-- COMMAND`). Exit 0 when valid, 1 with one line per
-# problem otherwise. It mirrors the contract, not leaderd's code: keep both in step.
+# problem otherwise. It mirrors the documentation, not leaderd's code: keep both in step.
 from __future__ import annotations
 
 import argparse
@@ -25,12 +25,13 @@ SIGNALS = {
 }
 LEVELS = {"trace", "debug", "info", "warn", "error"}
 
-# Key tree of the contract: a dict is a section, anything else the checker of a leaf.
+# Key tree of the documented configuration: a dict is a section, anything else the checker of a
+# leaf.
 Checker = Callable[[str, Any], "str | None"]
 
 
 def parse_duration(value: Any) -> float | None:
-    """Seconds of a contract duration (`250ms`, `2s`, `1m30s`), or None when malformed."""
+    """Seconds of a documented duration (`250ms`, `2s`, `1m30s`), or None when malformed."""
     if not isinstance(value, str) or not value:
         return None
     m = DURATION_RE.match(value)

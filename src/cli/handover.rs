@@ -1,5 +1,5 @@
 //! `leaderd handover [--to ID] [--timeout D] [--json]`: asks the leader, through Redis, to
-//! hand its leadership over, and waits until the new term has begun (contract, "Handover").
+//! hand its leadership over, and waits until the new term has begun (docs/operating.md#handover).
 
 use std::time::Duration;
 
@@ -227,7 +227,7 @@ fn request_id(by: &str) -> String {
 fn print_done(name: &str, d: &Done, json: bool) {
     let ms = d.elapsed.as_millis() as u64;
     if json {
-        // A struct keeps the contract's field order; u64 fences print exactly.
+        // A struct keeps the field order of docs/operating.md#handover; u64 fences print exactly.
         #[derive(serde::Serialize)]
         struct Doc<'a> {
             name: &'a str,

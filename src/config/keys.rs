@@ -185,7 +185,7 @@ mod tests {
         assert_eq!(edit_distance("ca", "abc"), 3);
     }
 
-    /// Audit N8: a swap of two letters is one edit, and a sibling the key begins is named.
+    /// A swap of two letters is one edit, and a sibling the key begins is named.
     #[test]
     fn suggests_for_swapped_letters_and_a_missing_ending() {
         assert_eq!(

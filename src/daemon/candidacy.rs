@@ -195,8 +195,8 @@ pub(crate) struct Listed {
     pub seen_ms_ago: u64,
 }
 
-/// The candidates as the contract lists them: the leader first, then by priority (highest
-/// first), then identity; `seen_ms_ago` from the Redis time of the read.
+/// The candidates as docs/operating.md#candidates lists them: the leader first, then by priority
+/// (highest first), then identity; `seen_ms_ago` from the Redis time of the read.
 pub(crate) fn listed(roster: &Roster, leader: Option<&str>) -> Vec<Listed> {
     let mut cs: Vec<&Candidate> = roster.candidates.iter().collect();
     cs.sort_by(|a, b| {

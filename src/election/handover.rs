@@ -1,4 +1,4 @@
-//! The leader's side of a handover (contract part 2, "Handover", "Priority"): checking a
+//! The leader's side of a handover (docs/protocol.md#handover): checking a
 //! request, refusing or accepting it, and choosing the candidate a preempting leader hands
 //! over to.
 

@@ -154,7 +154,7 @@ pub(crate) async fn explain(
     script: LeaseScript,
     failure: RedisFailure,
 ) -> RedisFailure {
-    const HINT: &str = "leaderd's minimal ACL is in README (Redis modes: ACL)";
+    const HINT: &str = "leaderd's minimal ACL is in docs/redis-modes.md#acl";
     if failure.code.as_deref() == Some("NOPERM") {
         return RedisFailure {
             cause: format!("{}; {HINT}", failure.cause),

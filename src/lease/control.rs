@@ -1,4 +1,4 @@
-//! Handover requests (contract part 2, "Handover"): the request key `<prefix>{<name>}:handover`
+//! Handover requests (docs/protocol.md#handover): the request key `<prefix>{<name>}:handover`
 //! and the control channel `<prefix>{<name>}:control` (`lua/handover.lua`), and the
 //! subscription that tells a leader of a request at once.
 

@@ -66,14 +66,13 @@ pub trait Lease: Send + Sync + 'static {
         self.release_to(term, None, budget)
     }
 
-    /// [`Lease::release`], reserving the lease for a successor when one is given: in the
-    /// same step the lease becomes a placeholder only `successor` may acquire for `window`,
-    /// and the release is published with `reserved_for` (contract, "Priority"), so exactly
-    /// one candidate contends instead of all of them. The successor is told first, on
-    /// [`super::LeaseKeys::successor_channel`]; the release channel gets the release once,
-    /// right before the successor's `acquired`, or from here within
-    /// `min(window / 4, 20 ms)` if the successor has not taken the lease by then (so this
-    /// call may take that long).
+    /// [`Lease::release`], reserving the lease for a successor when one is given: in the same step
+    /// the lease becomes a placeholder only `successor` may acquire for `window`, and the release
+    /// is published with `reserved_for` (docs/protocol.md#handover-window), so exactly one
+    /// candidate contends instead of all of them. The successor is told first, on
+    /// [`super::LeaseKeys::successor_channel`]; the release channel gets the release once, right
+    /// before the successor's `acquired`, or from here within `min(window / 4, 20 ms)` if the
+    /// successor has not taken the lease by then (so this call may take that long).
     ///
     /// # Errors
     /// `Unavailable` or `WrongType`.

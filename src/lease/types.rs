@@ -147,8 +147,8 @@ impl Term {
     }
 }
 
-/// A reserved release: the lease is kept for `successor` alone for `window` (the contract's
-/// `handover_window`), so that only it contends.
+/// A reserved release: the lease is kept for `successor` alone for `window` (`handover_window`,
+/// docs/protocol.md#handover-window), so that only it contends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation<'a> {
     /// The identity that alone may acquire the lease within the window.
@@ -175,8 +175,8 @@ pub struct Holder {
 pub enum Observed {
     /// Nobody holds the lease: an acquire can win now.
     Vacant,
-    /// A placeholder that grants nothing until it expires: after a data loss or a first
-    /// start (see the contract), or, on Redlock, a split where no holder can have a majority.
+    /// A placeholder that grants nothing until it expires: after a data loss or a first start
+    /// (docs/protocol.md#quarantine), or, on Redlock, a split where no holder can have a majority.
     Quarantined {
         /// The seeded counter (the highest fence seen, on Redlock).
         fence: u64,

@@ -19,8 +19,8 @@ impl LeaseClient {
                 self.keys.successor_channel(&self.spec.holder),
             ],
             connect_timeout: self.endpoint.connect_timeout(),
-            // A PING every check (the contract's `retry_period`), each given half of it: a
-            // silently dead subscription is noticed within one and a half checks (a false
+            // A PING every check (`retry_period`, docs/protocol.md#wake-ups), each given half of
+            // it: a silently dead subscription is noticed within one and a half checks (a false
             // alarm costs a resubscription and a read).
             ping_every: self.spec.release_check,
             ping_timeout: self.spec.release_check / 2,
@@ -100,7 +100,7 @@ impl ReleaseWatch {
 
     /// True while every release published would reach this watch: the subscription is
     /// acknowledged and answered its last PING in time. A follower that cannot rely on it
-    /// polls the lease instead (contract, "Timing and safety").
+    /// polls the lease instead (docs/protocol.md#wake-ups).
     pub fn is_confirmed(&self) -> bool {
         match &self.confirmed {
             Confirmed::Always => true,

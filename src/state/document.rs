@@ -1,5 +1,5 @@
-//! The status document of the contract (the leader file and `GET /leader`), derived from a
-//! [`Snapshot`] and checked against the lease validity when it is produced.
+//! The status document (docs/outputs.md#the-status-document: the leader file and `GET /leader`),
+//! derived from a [`Snapshot`] and checked against the lease validity when it is produced.
 
 use std::time::SystemTime;
 
@@ -41,8 +41,8 @@ impl Snapshot {
     }
 }
 
-/// The status document of the contract: the leader file and `GET /leader`; its fields are
-/// the document's keys.
+/// The status document (docs/outputs.md#the-status-document): the leader file and `GET /leader`;
+/// its fields are the document's keys.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[allow(missing_docs)]
 pub struct StatusDoc {

@@ -210,7 +210,7 @@ pub fn last_validity(d: &Daemon, fence: u64) -> u64 {
         .unwrap_or_else(|| panic!("{} logged no validity for fence {fence}", d.identity()))
 }
 
-/// The shared safety checker over all replicas' logs, plus the contract's log shape:
+/// The shared safety checker over all replicas' logs, plus the log shape of docs/outputs.md#logs:
 /// every term has exactly one `acquired` line with its fields, at most one `stepped_down`
 /// line carrying fence, reason, lease_valid_until_ms and ended_at_ms, and every
 /// leadership-change line is at INFO.

@@ -110,9 +110,10 @@ fn claim_port_block() -> TcpListener {
 /// The minimal ACL line of the docs, as arguments, for `user` with `password`, without the
 /// permissions in `without`.
 pub fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> {
-    let docs =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .expect("read README.md");
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/redis-modes.md"),
+    )
+    .expect("read docs/redis-modes.md");
     let line = docs
         .lines()
         .find(|l| l.starts_with("ACL SETUSER leaderd on "))
@@ -127,7 +128,7 @@ pub fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> 
         .collect()
 }
 
-/// The keys of the contract's status document, in its order.
+/// The keys of the status document (docs/outputs.md#the-status-document), in its order.
 pub const DOC_KEYS: [&str; 15] = [
     "name",
     "identity",

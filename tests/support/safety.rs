@@ -26,7 +26,8 @@ impl Term {
     }
 }
 
-/// A field of a log event: top level (the contract's flattened form), or under `fields`.
+/// A field of a log event: top level (the flattened form of docs/outputs.md#logs), or under
+/// `fields`.
 pub fn field<'a>(ev: &'a Value, key: &str) -> Option<&'a Value> {
     ev.get(key)
         .filter(|v| !v.is_null())

@@ -270,7 +270,7 @@ fn programs_are_checked_on_this_host_only_when_asked() {
     );
 }
 
-/// Audit V2: what the Redis client would refuse is found with the rest, not after it.
+/// What the Redis client would refuse is found with the rest, not after it.
 #[test]
 fn independent_problems_are_found_in_one_pass() {
     let found = problems(
@@ -322,7 +322,7 @@ fn independent_problems_are_found_in_one_pass() {
     assert!(!found[0].contains("s3cret"), "{found:?}");
 }
 
-/// Audit D6: an explicit null upstream next to `proxy.listen` is a missing value, not a
+/// An explicit null upstream next to `proxy.listen` is a missing value, not a
 /// request for the default.
 #[test]
 fn a_null_upstream_with_the_proxy_on_is_refused() {
@@ -367,7 +367,7 @@ fn the_proxy_idle_timeout_defaults_to_an_hour_and_zero_means_never() {
     );
 }
 
-/// Audit N1: the password scrubber leaves the hint of what a Redis URL looks like alone,
+/// The password scrubber leaves the hint of what a Redis URL looks like alone,
 /// and still hides a password in the value.
 #[test]
 fn the_redis_url_hint_is_shown_as_written() {
@@ -389,7 +389,7 @@ fn the_redis_url_hint_is_shown_as_written() {
     }
 }
 
-/// Audit N2: every problem line names the value and what is allowed; a number too large for
+/// Every problem line names the value and what is allowed; a number too large for
 /// any integer type is a bad value of its key, not invalid YAML that hides the rest.
 #[test]
 fn odd_values_name_the_value_and_what_is_allowed() {
