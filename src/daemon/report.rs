@@ -33,6 +33,15 @@ struct ErrorLog {
     failing: u64,
     /// When `redis_recovered` was last logged.
     recovered_at: Option<Instant>,
+    /// When an out-of-memory error was last logged: said once per [`ERROR_LOG_EVERY`],
+    /// whichever call met it (a renew, an acquire, a heartbeat) and whatever answered between.
+    oom_logged_at: Option<Instant>,
+}
+
+/// Whether Redis refused the call for want of memory.
+fn out_of_memory(err: &LeaseError) -> bool {
+    matches!(err, LeaseError::Unavailable(f) if f.code.as_deref() == Some("OOM")
+        || f.cause.starts_with("Redis is out of memory"))
 }
 
 /// A leader (none while vacant or quarantined) and its fence, as last logged.
@@ -159,13 +168,20 @@ impl Reporter {
         log.failing += 1;
         let repeated = log.last.as_deref() == Some(shape.as_str());
         let recent = log.logged_at.is_some_and(|t| t.elapsed() < ERROR_LOG_EVERY);
-        if repeated && recent {
+        let oom = out_of_memory(err);
+        let oom_recent = log
+            .oom_logged_at
+            .is_some_and(|t| t.elapsed() < ERROR_LOG_EVERY);
+        if (oom && oom_recent) || (!oom && repeated && recent) {
             log.suppressed += 1;
             return;
         }
         tracing::warn!(event = "redis_error", error = %text, repeated = log.suppressed, "Redis call failed: {text}");
         log.last = Some(shape);
         log.logged_at = Some(Instant::now());
+        if oom {
+            log.oom_logged_at = log.logged_at;
+        }
         log.suppressed = 0;
     }
 
