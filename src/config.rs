@@ -28,8 +28,10 @@ mod tests;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+use serde::Serialize;
+
 /// Everything `leaderd` needs to run one election, validated as a whole.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     /// The election name, shared by all replicas; part of every Redis key.
     pub name: String,
@@ -52,7 +54,8 @@ pub struct Config {
 }
 
 /// The value of `redis.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ModeName {
     /// `single`.
     Single,
@@ -141,22 +144,27 @@ impl RedisMode {
 pub use crate::connector::Secret;
 
 /// Where and how to reach Redis.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RedisConfig {
     /// How Redis is deployed (default single), with its addresses.
+    #[serde(flatten)]
     pub mode: RedisMode,
     /// The Redis ACL user.
     pub username: Option<String>,
     /// `LEADERD_REDIS_PASSWORD` if set and not empty, else the contents of `password_file`
     /// with the trailing newline removed.
+    #[serde(serialize_with = "redact::secret")]
     pub password: Option<Secret>,
     /// A file holding the password (read only when `LEADERD_REDIS_PASSWORD` is not set).
+    #[serde(serialize_with = "redact::path")]
     pub password_file: Option<PathBuf>,
     /// Prepended to every key (default `leaderd:`).
     pub key_prefix: String,
     /// Limit on establishing a connection (default 1s).
+    #[serde(serialize_with = "redact::duration")]
     pub connect_timeout: Duration,
     /// Limit on one command's round trip (default 500ms); less than `retry_period`.
+    #[serde(serialize_with = "redact::duration")]
     pub command_timeout: Duration,
     /// When > 0, an acquire or renew counts only after that many replicas acknowledged it.
     pub min_replicas_ack: u32,
@@ -167,18 +175,22 @@ pub struct RedisConfig {
 
 /// Files for TLS connections (`rediss://`). Paths only: the contents are read when the
 /// client is made, and never printed.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct TlsConfig {
     /// PEM CA bundle to verify the servers with, instead of the system's roots.
+    #[serde(serialize_with = "redact::path")]
     pub ca_file: Option<PathBuf>,
     /// PEM client certificate (with `key_file`), for servers that ask for one.
+    #[serde(serialize_with = "redact::path")]
     pub cert_file: Option<PathBuf>,
     /// PEM private key of `cert_file`.
+    #[serde(serialize_with = "redact::path")]
     pub key_file: Option<PathBuf>,
 }
 
 /// What a replica does after losing a term for a reason other than shutdown or yield.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnLost {
     /// Campaign again after `retry_period`.
     Contend,
@@ -187,13 +199,16 @@ pub enum OnLost {
 }
 
 /// Timing of the lease and of campaigning.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ElectionConfig {
     /// TTL of the lease in Redis.
+    #[serde(serialize_with = "redact::duration")]
     pub lease_duration: Duration,
     /// A leader that has not renewed within this steps down.
+    #[serde(serialize_with = "redact::duration")]
     pub renew_deadline: Duration,
     /// Renew interval of the leader, poll interval of the others.
+    #[serde(serialize_with = "redact::duration")]
     pub retry_period: Duration,
     /// Followers wait `retry_period * (1 + U(0, jitter))`; `0 <= jitter <= 1`.
     pub jitter: f64,
@@ -210,22 +225,26 @@ pub struct ElectionConfig {
 }
 
 /// Lead only while the local service is healthy.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HealthCheckConfig {
     /// An `http://` URL, healthy when it answers 2xx.
+    #[serde(serialize_with = "redact::url")]
     pub http_get: Option<String>,
     /// A command, healthy when it exits 0 (run directly, not through a shell).
     pub command: Vec<String>,
     /// Time between checks (default 2s).
+    #[serde(serialize_with = "redact::duration")]
     pub period: Duration,
     /// Limit on one check (default 1s); less than `period`.
+    #[serde(serialize_with = "redact::duration")]
     pub timeout: Duration,
     /// Consecutive failures before yielding or not contending (>= 1).
     pub failures: u32,
 }
 
 /// When `/readyz` answers 200.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ReadyWhen {
     /// Only while leader with a valid lease.
     Leader,
@@ -234,11 +253,13 @@ pub enum ReadyWhen {
 }
 
 /// Where the status is published.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PublishConfig {
     /// None: no HTTP server (the empty string in the file, a flag or the environment).
+    #[serde(serialize_with = "redact::addr_or_off")]
     pub http_addr: Option<SocketAddr>,
     /// None: no leader file (the empty string).
+    #[serde(serialize_with = "redact::path_or_off")]
     pub leader_file: Option<PathBuf>,
     /// When `/readyz` answers 200 (default leader).
     pub ready_when: ReadyWhen,
@@ -250,7 +271,7 @@ pub struct PublishConfig {
 }
 
 /// Commands run (directly, one at a time) when leadership changes; empty: none.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HooksConfig {
     /// Run after this replica began a term.
     pub on_acquired: Vec<String>,
@@ -259,11 +280,13 @@ pub struct HooksConfig {
     /// Run when this replica sees another leader, or none.
     pub on_leader_changed: Vec<String>,
     /// A hook still running then is SIGKILLed with its process group (default 10s).
+    #[serde(serialize_with = "redact::duration")]
     pub timeout: Duration,
 }
 
 /// What happens to the proxied connections of a deposed leader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnChange {
     /// Close them when this replica learns of the change.
     Close,
@@ -272,25 +295,30 @@ pub enum OnChange {
 }
 
 /// The leader-aware proxy; `listen` None: no proxy.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProxyConfig {
     /// Where to accept connections (the empty string: no proxy).
+    #[serde(serialize_with = "redact::addr_or_off")]
     pub listen: Option<SocketAddr>,
     /// This replica's own service, `host:port` (default `127.0.0.1:8080`).
+    #[serde(serialize_with = "redact::text_or_off")]
     pub upstream: Option<String>,
     /// What happens to connections of a deposed leader (default close).
     pub on_change: OnChange,
     /// How long a new connection waits for a leader (default 2s).
+    #[serde(serialize_with = "redact::duration")]
     pub connect_timeout: Duration,
     /// A connection with no bytes either way for this long is closed (default 1h; zero:
     /// never).
+    #[serde(serialize_with = "redact::duration")]
     pub idle_timeout: Duration,
     /// Connections past this many are closed at once and counted as refused (default 10000).
     pub max_connections: u32,
 }
 
 /// What happens when the child exits while this replica leads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnExit {
     /// Release the lease and contend again after `retry_period`.
     Release,
@@ -299,21 +327,24 @@ pub enum OnExit {
 }
 
 /// The command run only while leading; empty `command` means no exec mode.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExecConfig {
     /// The program and its arguments, run directly (not through a shell).
     pub command: Vec<String>,
     /// Sent to the child's process group on stepping down (default SIGTERM).
+    #[serde(serialize_with = "redact::signal")]
     pub stop_signal: nix::sys::signal::Signal,
     /// Time between `stop_signal` and SIGKILL (default 3s); less than
     /// `lease_duration - renew_deadline` in exec mode.
+    #[serde(serialize_with = "redact::duration")]
     pub grace_period: Duration,
     /// What to do when the child exits while leading (default release).
     pub on_exit: OnExit,
 }
 
 /// The log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
     Text,
@@ -322,7 +353,7 @@ pub enum LogFormat {
 }
 
 /// How to log.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoggingConfig {
     /// Text or JSON lines (default text).
     pub format: LogFormat,
