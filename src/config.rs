@@ -6,6 +6,7 @@
 
 mod addrs;
 mod aliases;
+mod defaults;
 mod document;
 mod duration;
 mod expand;

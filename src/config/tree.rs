@@ -154,7 +154,7 @@ impl<'e> Reader<'e> {
         let known = known_keys(path);
         for key in map.keys() {
             match key.as_str() {
-                Some(k) if known.contains(&k) => {}
+                Some(k) if known.iter().any(|x| x == k) => {}
                 Some(k) => self.problems.push(unknown_key_message(path, k)),
                 None => self
                     .problems
