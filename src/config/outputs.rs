@@ -23,9 +23,7 @@ pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>, on_this_host: bool) -> 
         on_acquired: command("on_acquired"),
         on_stepped_down: command("on_stepped_down"),
         on_leader_changed: command("on_leader_changed"),
-        timeout: r
-            .get(r.file(&n, "timeout"), v::positive_duration)
-            .unwrap_or(d.timeout),
+        timeout: r.or(&n, "timeout", v::positive_duration, d.timeout),
     }
 }
 
@@ -43,18 +41,15 @@ pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
             (false, _) => d.upstream,
             (true, u) => u.flatten(),
         },
-        on_change: r
-            .get(r.file(&n, "on_change"), choice(v::ON_CHANGE))
-            .unwrap_or(d.on_change),
-        connect_timeout: r
-            .get(r.file(&n, "connect_timeout"), v::positive_duration)
-            .unwrap_or(d.connect_timeout),
-        idle_timeout: r
-            .get(r.file(&n, "idle_timeout"), v::duration)
-            .unwrap_or(d.idle_timeout),
-        max_connections: r
-            .get(r.file(&n, "max_connections"), v::count(1))
-            .unwrap_or(d.max_connections),
+        on_change: r.or(&n, "on_change", choice(v::ON_CHANGE), d.on_change),
+        connect_timeout: r.or(
+            &n,
+            "connect_timeout",
+            v::positive_duration,
+            d.connect_timeout,
+        ),
+        idle_timeout: r.or(&n, "idle_timeout", v::duration, d.idle_timeout),
+        max_connections: r.or(&n, "max_connections", v::count(1), d.max_connections),
     };
     if cfg.listen.is_some() && cfg.upstream.is_none() && r.all_valid(&["proxy.upstream"]) {
         let written = if upstream_null { "null" } else { "\"\"" };

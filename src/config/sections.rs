@@ -94,11 +94,19 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
         username: r.get(r.file(&n, "username"), non_empty),
         password: password(r, password_file.as_deref()),
         password_file,
-        key_prefix: r
-            .get(r.file(&n, "key_prefix"), |s| Ok(s.to_string()))
-            .unwrap_or(d.key_prefix),
-        connect_timeout: positive(r, &n, "connect_timeout", d.connect_timeout),
-        command_timeout: positive(r, &n, "command_timeout", d.command_timeout),
+        key_prefix: r.or(&n, "key_prefix", |s| Ok(s.to_string()), d.key_prefix),
+        connect_timeout: r.or(
+            &n,
+            "connect_timeout",
+            v::positive_duration,
+            d.connect_timeout,
+        ),
+        command_timeout: r.or(
+            &n,
+            "command_timeout",
+            v::positive_duration,
+            d.command_timeout,
+        ),
         min_replicas_ack,
         tls: tls(r, &n),
     }
@@ -181,12 +189,6 @@ fn password(r: &mut Reader<'_>, file: Option<&Path>) -> Option<Secret> {
     }
 }
 
-/// A duration > 0 from the file.
-fn positive(r: &mut Reader<'_>, n: &Node<'_>, leaf: &str, default: Duration) -> Duration {
-    r.get(r.file(n, leaf), v::positive_duration)
-        .unwrap_or(default)
-}
-
 /// A duration > 0 that a flag may also set.
 fn flagged(
     r: &mut Reader<'_>,
@@ -224,20 +226,12 @@ fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfi
             ("--retry-period", &o.retry_period),
             d.retry_period,
         ),
-        jitter: r.get(r.file(&n, "jitter"), v::jitter).unwrap_or(d.jitter),
-        release_on_shutdown: r
-            .get(r.file(&n, "release_on_shutdown"), v::boolean)
-            .unwrap_or(d.release_on_shutdown),
-        on_lost: r
-            .get(r.file(&n, "on_lost"), choice(v::ON_LOST))
-            .unwrap_or(d.on_lost),
+        jitter: r.or(&n, "jitter", v::jitter, d.jitter),
+        release_on_shutdown: r.or(&n, "release_on_shutdown", v::boolean, d.release_on_shutdown),
+        on_lost: r.or(&n, "on_lost", choice(v::ON_LOST), d.on_lost),
         health_check: health_check(r, &n, o.check_programs),
-        priority: r
-            .get(r.file(&n, "priority"), v::priority)
-            .unwrap_or(d.priority),
-        preempt: r
-            .get(r.file(&n, "preempt"), v::boolean)
-            .unwrap_or(d.preempt),
+        priority: r.or(&n, "priority", v::priority, d.priority),
+        preempt: r.or(&n, "preempt", v::boolean, d.preempt),
     };
     super::rules::election(r, &cfg);
     cfg
@@ -256,11 +250,9 @@ fn health_check(
     let cfg = HealthCheckConfig {
         http_get: r.get(r.file(&n, "http_get"), v::http_url),
         command: r.list(r.file(&n, "command")).unwrap_or_default(),
-        period: positive(r, &n, "period", d.period),
-        timeout: positive(r, &n, "timeout", d.timeout),
-        failures: r
-            .get(r.file(&n, "failures"), v::count(1))
-            .unwrap_or(d.failures),
+        period: r.or(&n, "period", v::positive_duration, d.period),
+        timeout: r.or(&n, "timeout", v::positive_duration, d.timeout),
+        failures: r.or(&n, "failures", v::count(1), d.failures),
     };
     super::rules::health_check(r, &cfg);
     let program = cfg
@@ -293,12 +285,8 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
     PublishConfig {
         http_addr: r.get(addr, v::http_addr).unwrap_or(d.http_addr),
         leader_file: r.get(file, v::leader_file).unwrap_or(d.leader_file),
-        ready_when: r
-            .get(r.file(&n, "ready_when"), choice(v::READY_WHEN))
-            .unwrap_or(d.ready_when),
-        max_connections: r
-            .get(r.file(&n, "max_connections"), v::connections)
-            .unwrap_or(d.max_connections),
+        ready_when: r.or(&n, "ready_when", choice(v::READY_WHEN), d.ready_when),
+        max_connections: r.or(&n, "max_connections", v::connections, d.max_connections),
         advertise: r.get(r.file(&n, "advertise"), v::host_port).flatten(),
     }
 }
@@ -315,15 +303,9 @@ fn exec(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ExecConfig {
     super::outputs::check_program(r, "exec.command", label, &command, o.check_programs);
     ExecConfig {
         command,
-        stop_signal: r
-            .get(r.file(&n, "stop_signal"), v::signal)
-            .unwrap_or(d.stop_signal),
-        grace_period: r
-            .get(r.file(&n, "grace_period"), v::duration)
-            .unwrap_or(d.grace_period),
-        on_exit: r
-            .get(r.file(&n, "on_exit"), choice(v::ON_EXIT))
-            .unwrap_or(d.on_exit),
+        stop_signal: r.or(&n, "stop_signal", v::signal, d.stop_signal),
+        grace_period: r.or(&n, "grace_period", v::duration, d.grace_period),
+        on_exit: r.or(&n, "on_exit", choice(v::ON_EXIT), d.on_exit),
     }
 }
 

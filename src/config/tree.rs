@@ -173,6 +173,18 @@ impl<'e> Reader<'e> {
         })
     }
 
+    /// The value of `leaf` from the file, converted; `default` when absent or rejected.
+    pub(super) fn or<T>(
+        &mut self,
+        node: &Node<'_>,
+        leaf: &str,
+        convert: impl FnOnce(&str) -> Result<T, super::refused::ValueError>,
+        default: T,
+    ) -> T {
+        let input = self.file(node, leaf);
+        self.get(input, convert).unwrap_or(default)
+    }
+
     /// The value of `leaf` by precedence: the flag, else the environment variable (if the
     /// key has one), else the file.
     pub(super) fn layered<'a>(
