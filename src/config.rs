@@ -7,7 +7,6 @@
 mod addrs;
 mod aliases;
 mod defaults;
-mod document;
 mod duration;
 mod expand;
 mod keys;
@@ -21,6 +20,7 @@ mod sections;
 mod spec;
 mod tree;
 mod values;
+mod yaml;
 pub(crate) use duration::{format_duration, parse_duration};
 pub(crate) use programs::group_writable_warnings;
 
@@ -439,7 +439,7 @@ pub fn load(overrides: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigE
         None => from_env()?.unwrap_or_else(|| PathBuf::from("./config.yaml")),
     };
     let shown = path.display().to_string();
-    let text = document::read_capped(&path)
+    let text = yaml::read_capped(&path)
         .map_err(|e| ConfigError::one(format!("config file {shown}: cannot read it: {e}")))?;
     from_text(&text, &shown, overrides, env)
 }
@@ -476,7 +476,7 @@ fn from_text(
     overrides: &Overrides,
     env: EnvLookup<'_>,
 ) -> Result<Config, ConfigError> {
-    let doc = document::parse(text, origin)?;
+    let doc = yaml::parse(text, origin)?;
     let mut reader = tree::Reader::new(env);
     let root = reader.root(&doc);
     let config = sections::build(&mut reader, &root, overrides);

@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use serde_yaml::Value;
+use super::yaml::{self, Value};
 
 /// Keys printed by `check-config` that the file cannot set.
 const PRINTED_ONLY: &[&str] = &["redis.password"];
@@ -13,7 +13,7 @@ fn schema() -> &'static [(String, Vec<String>)] {
     static SCHEMA: OnceLock<Vec<(String, Vec<String>)>> = OnceLock::new();
     SCHEMA.get_or_init(|| {
         let mut out = Vec::new();
-        let shape = serde_yaml::to_value(super::Config::shape()).unwrap_or_default();
+        let shape = yaml::to_value(&super::Config::shape()).unwrap_or_default();
         walk("", &shape, &mut out);
         out
     })

@@ -18,7 +18,7 @@ impl Config {
     /// (defaults included), durations written as in the file, the password and any
     /// password inside a URL shown as `<redacted>`.
     pub fn to_redacted_yaml(&self) -> String {
-        serde_yaml::to_string(self)
+        super::yaml::to_text(self)
             .unwrap_or_else(|e| format!("# the configuration cannot be shown: {e}\n"))
     }
 }

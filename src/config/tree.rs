@@ -4,12 +4,11 @@
 use std::collections::HashSet;
 use std::env::VarError;
 
-use serde_yaml::{Mapping, Value};
-
 use super::expand::expand;
 use super::keys::{join, known_keys, unknown_key_message};
 use super::scrub::scrub;
 use super::values::REDIS_URL_FORMS;
+use super::yaml::{describe, Mapping, Value};
 
 /// The environment lookup passed to [`super::load`].
 pub(super) type Env<'e> = super::EnvLookup<'e>;
@@ -311,18 +310,5 @@ impl<'e> Reader<'e> {
             Raw::NotUtf8 => "a value that is not UTF-8".to_string(),
             Raw::File(value) => describe(value),
         }
-    }
-}
-
-/// A short rendering of a YAML value for a problem line.
-pub(super) fn describe(value: &Value) -> String {
-    match value {
-        Value::Null => "null".to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => format!("{s:?}"),
-        Value::Sequence(_) => "a list".to_string(),
-        Value::Mapping(_) => "a mapping".to_string(),
-        Value::Tagged(t) => format!("a value tagged {}", t.tag),
     }
 }
