@@ -362,36 +362,50 @@ pub struct LoggingConfig {
     pub level: String,
 }
 
-/// Values given on the command line; None = not given. They win over the environment and
-/// the file.
-#[derive(Debug, Clone, Default)]
+/// Values given on the command line (the flags every subcommand shares); None = not given.
+/// They win over the environment and the file.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct Overrides {
-    /// `--config`.
+    /// Configuration file [default: $LEADERD_CONFIG, else ./config.yaml]
+    #[arg(long = "config", value_name = "PATH")]
     pub config_path: Option<PathBuf>,
-    /// `--name`.
+    /// Election name.
+    #[arg(long)]
     pub name: Option<String>,
-    /// `--identity`.
+    /// This replica's identity.
+    #[arg(long)]
     pub identity: Option<String>,
-    /// `--redis-url`.
+    /// Redis URL (mode single). A password in it is visible to every user in `ps`: use
+    /// LEADERD_REDIS_PASSWORD or redis.password_file instead.
+    #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
-    /// `--lease-duration`.
+    /// Lease TTL, e.g. 15s.
+    #[arg(long, value_name = "DURATION")]
     pub lease_duration: Option<String>,
-    /// `--renew-deadline`.
+    /// Step down without a renew for this long, e.g. 10s.
+    #[arg(long, value_name = "DURATION")]
     pub renew_deadline: Option<String>,
-    /// `--retry-period`.
+    /// Renew and poll interval, e.g. 2s.
+    #[arg(long, value_name = "DURATION")]
     pub retry_period: Option<String>,
-    /// `--http-addr` (the empty string: no HTTP server).
+    /// HTTP address, e.g. 0.0.0.0:9090; empty for none.
+    #[arg(long, value_name = "ADDR")]
     pub http_addr: Option<String>,
-    /// `--leader-file` (the empty string: no leader file).
+    /// Leader file path; empty for none.
+    #[arg(long, value_name = "PATH")]
     pub leader_file: Option<String>,
-    /// `--log-format`.
+    /// text or json.
+    #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
-    /// `--log-level`.
+    /// trace, debug, info, warn or error.
+    #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// From `-- COMMAND ARGS`; when non-empty it replaces `exec.command`.
+    /// From `-- COMMAND ARGS` (set by `run`); when non-empty it replaces `exec.command`.
+    #[arg(skip)]
     pub exec_command: Vec<String>,
     /// Check that the hook and exec programs can be run on this host (`check-config` and
     /// `run`; `status` and `handover` may run on an operator's host that lacks them).
+    #[arg(skip)]
     pub check_programs: bool,
 }
 
