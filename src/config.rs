@@ -29,7 +29,7 @@ mod tests;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Everything `leaderd` needs to run one election, validated as a whole.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,7 +55,7 @@ pub struct Config {
 }
 
 /// The value of `redis.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeName {
     /// `single`.
@@ -190,7 +190,7 @@ pub struct TlsConfig {
 }
 
 /// What a replica does after losing a term for a reason other than shutdown or yield.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnLost {
     /// Campaign again after `retry_period`.
@@ -244,7 +244,7 @@ pub struct HealthCheckConfig {
 }
 
 /// When `/readyz` answers 200.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReadyWhen {
     /// Only while leader with a valid lease.
@@ -286,7 +286,7 @@ pub struct HooksConfig {
 }
 
 /// What happens to the proxied connections of a deposed leader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnChange {
     /// Close them when this replica learns of the change.
@@ -318,7 +318,7 @@ pub struct ProxyConfig {
 }
 
 /// What happens when the child exits while this replica leads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnExit {
     /// Release the lease and contend again after `retry_period`.
@@ -344,7 +344,7 @@ pub struct ExecConfig {
 }
 
 /// The log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.

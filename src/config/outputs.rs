@@ -41,7 +41,7 @@ pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
             (false, _) => d.upstream,
             (true, u) => u.flatten(),
         },
-        on_change: r.or(&n, "on_change", choice(v::ON_CHANGE), d.on_change),
+        on_change: r.or(&n, "on_change", choice, d.on_change),
         connect_timeout: r.or(
             &n,
             "connect_timeout",

@@ -68,7 +68,7 @@ fn identity(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> String {
 fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
     let n = r.section(root, "redis");
     let d = RedisConfig::default();
-    let mode = r.get(r.file(&n, "mode"), choice(v::MODES));
+    let mode = r.get(r.file(&n, "mode"), choice);
     let url_input = r.layered(
         &n,
         "url",
@@ -228,7 +228,7 @@ fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfi
         ),
         jitter: r.or(&n, "jitter", v::jitter, d.jitter),
         release_on_shutdown: r.or(&n, "release_on_shutdown", v::boolean, d.release_on_shutdown),
-        on_lost: r.or(&n, "on_lost", choice(v::ON_LOST), d.on_lost),
+        on_lost: r.or(&n, "on_lost", choice, d.on_lost),
         health_check: health_check(r, &n, o.check_programs),
         priority: r.or(&n, "priority", v::priority, d.priority),
         preempt: r.or(&n, "preempt", v::boolean, d.preempt),
@@ -285,7 +285,7 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
     PublishConfig {
         http_addr: r.get(addr, v::http_addr).unwrap_or(d.http_addr),
         leader_file: r.get(file, v::leader_file).unwrap_or(d.leader_file),
-        ready_when: r.or(&n, "ready_when", choice(v::READY_WHEN), d.ready_when),
+        ready_when: r.or(&n, "ready_when", choice, d.ready_when),
         max_connections: r.or(&n, "max_connections", v::connections, d.max_connections),
         advertise: r.get(r.file(&n, "advertise"), v::host_port).flatten(),
     }
@@ -305,7 +305,7 @@ fn exec(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ExecConfig {
         command,
         stop_signal: r.or(&n, "stop_signal", v::signal, d.stop_signal),
         grace_period: r.or(&n, "grace_period", v::duration, d.grace_period),
-        on_exit: r.or(&n, "on_exit", choice(v::ON_EXIT), d.on_exit),
+        on_exit: r.or(&n, "on_exit", choice, d.on_exit),
     }
 }
 
@@ -325,7 +325,7 @@ fn logging(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> LoggingConfig 
         ("--log-level", &o.log_level),
     );
     LoggingConfig {
-        format: r.get(format, choice(v::LOG_FORMATS)).unwrap_or(d.format),
+        format: r.get(format, choice).unwrap_or(d.format),
         level: r.get(level, v::log_level).unwrap_or(d.level),
     }
 }
