@@ -31,6 +31,22 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
+/// A config struct whose fields are written `pub field: Type = default,`: the struct, and
+/// its `Default` from those values (a new key is one field, its doc and its default).
+macro_rules! with_defaults {
+    ($(#[$meta:meta])* pub struct $name:ident {
+        $($(#[$fmeta:meta])* pub $field:ident: $ty:ty = $default:expr,)*
+    }) => {
+        $(#[$meta])* pub struct $name { $($(#[$fmeta])* pub $field: $ty,)* }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $($field: $default,)* }
+            }
+        }
+    };
+}
+
 /// Everything `leaderd` needs to run one election, validated as a whole.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
@@ -144,34 +160,36 @@ impl RedisMode {
 /// library's type, handed to the connector as it is).
 pub use crate::connector::Secret;
 
+with_defaults! {
 /// Where and how to reach Redis.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RedisConfig {
     /// How Redis is deployed (default single), with its addresses.
     #[serde(flatten)]
-    pub mode: RedisMode,
+    pub mode: RedisMode = RedisMode::Single { url: defaults::REDIS_URL.into() },
     /// The Redis ACL user.
-    pub username: Option<String>,
+    pub username: Option<String> = None,
     /// `LEADERD_REDIS_PASSWORD` if set and not empty, else the contents of `password_file`
     /// with the trailing newline removed.
     #[serde(serialize_with = "redact::secret")]
-    pub password: Option<Secret>,
+    pub password: Option<Secret> = None,
     /// A file holding the password (read only when `LEADERD_REDIS_PASSWORD` is not set).
     #[serde(serialize_with = "redact::path")]
-    pub password_file: Option<PathBuf>,
+    pub password_file: Option<PathBuf> = None,
     /// Prepended to every key (default `leaderd:`).
-    pub key_prefix: String,
+    pub key_prefix: String = "leaderd:".into(),
     /// Limit on establishing a connection (default 1s).
     #[serde(serialize_with = "redact::duration")]
-    pub connect_timeout: Duration,
+    pub connect_timeout: Duration = Duration::from_secs(1),
     /// Limit on one command's round trip (default 500ms); less than `retry_period`.
     #[serde(serialize_with = "redact::duration")]
-    pub command_timeout: Duration,
+    pub command_timeout: Duration = Duration::from_millis(500),
     /// When > 0, an acquire or renew counts only after that many replicas acknowledged it.
-    pub min_replicas_ack: u32,
+    pub min_replicas_ack: u32 = 0,
     /// `redis.tls` (an optional addition to the contract): the files for `rediss://`
     /// connections. None: the system's CA roots, no client certificate.
-    pub tls: Option<TlsConfig>,
+    pub tls: Option<TlsConfig> = None,
+}
 }
 
 /// Files for TLS connections (`rediss://`). Paths only: the contents are read when the
@@ -199,48 +217,52 @@ pub enum OnLost {
     Exit,
 }
 
+with_defaults! {
 /// Timing of the lease and of campaigning.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ElectionConfig {
     /// TTL of the lease in Redis.
     #[serde(serialize_with = "redact::duration")]
-    pub lease_duration: Duration,
+    pub lease_duration: Duration = Duration::from_secs(15),
     /// A leader that has not renewed within this steps down.
     #[serde(serialize_with = "redact::duration")]
-    pub renew_deadline: Duration,
+    pub renew_deadline: Duration = Duration::from_secs(10),
     /// Renew interval of the leader, poll interval of the others.
     #[serde(serialize_with = "redact::duration")]
-    pub retry_period: Duration,
+    pub retry_period: Duration = Duration::from_secs(2),
     /// Followers wait `retry_period * (1 + U(0, jitter))`; `0 <= jitter <= 1`.
-    pub jitter: f64,
+    pub jitter: f64 = 0.2,
     /// Release the lease on a clean shutdown (default true).
-    pub release_on_shutdown: bool,
+    pub release_on_shutdown: bool = true,
     /// What to do after losing a term (default contend).
-    pub on_lost: OnLost,
+    pub on_lost: OnLost = OnLost::Contend,
     /// Set only when `http_get` or a `command` is configured.
-    pub health_check: Option<HealthCheckConfig>,
+    pub health_check: Option<HealthCheckConfig> = None,
     /// Preference as a successor, 0..=1000 (higher first; default 0).
-    pub priority: u32,
+    pub priority: u32 = 0,
     /// Hand over to a healthier, higher-priority candidate (default false).
-    pub preempt: bool,
+    pub preempt: bool = false,
+}
 }
 
+with_defaults! {
 /// Lead only while the local service is healthy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HealthCheckConfig {
     /// An `http://` URL, healthy when it answers 2xx.
     #[serde(serialize_with = "redact::url")]
-    pub http_get: Option<String>,
+    pub http_get: Option<String> = None,
     /// A command, healthy when it exits 0 (run directly, not through a shell).
-    pub command: Vec<String>,
+    pub command: Vec<String> = Vec::new(),
     /// Time between checks (default 2s).
     #[serde(serialize_with = "redact::duration")]
-    pub period: Duration,
+    pub period: Duration = Duration::from_secs(2),
     /// Limit on one check (default 1s); less than `period`.
     #[serde(serialize_with = "redact::duration")]
-    pub timeout: Duration,
+    pub timeout: Duration = Duration::from_secs(1),
     /// Consecutive failures before yielding or not contending (>= 1).
-    pub failures: u32,
+    pub failures: u32 = 3,
+}
 }
 
 /// When `/readyz` answers 200.
@@ -253,36 +275,40 @@ pub enum ReadyWhen {
     Always,
 }
 
+with_defaults! {
 /// Where the status is published.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PublishConfig {
     /// None: no HTTP server (the empty string in the file, a flag or the environment).
     #[serde(serialize_with = "redact::addr_or_off")]
-    pub http_addr: Option<SocketAddr>,
+    pub http_addr: Option<SocketAddr> = Some(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 9090))),
     /// None: no leader file (the empty string).
     #[serde(serialize_with = "redact::path_or_off")]
-    pub leader_file: Option<PathBuf>,
+    pub leader_file: Option<PathBuf> = Some(PathBuf::from("/var/run/leaderd/leader.json")),
     /// When `/readyz` answers 200 (default leader).
-    pub ready_when: ReadyWhen,
+    pub ready_when: ReadyWhen = ReadyWhen::Leader,
     /// Open HTTP connections (event streams included) past which a new one is closed at once
     /// (default 1024, 1-65535).
-    pub max_connections: u32,
+    pub max_connections: u32 = 1024,
     /// `host:port` where the other replicas reach this replica's service (None: unset).
-    pub advertise: Option<String>,
+    pub advertise: Option<String> = None,
+}
 }
 
+with_defaults! {
 /// Commands run (directly, one at a time) when leadership changes; empty: none.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HooksConfig {
     /// Run after this replica began a term.
-    pub on_acquired: Vec<String>,
+    pub on_acquired: Vec<String> = Vec::new(),
     /// Run after this replica's term ended (its claim is over).
-    pub on_stepped_down: Vec<String>,
+    pub on_stepped_down: Vec<String> = Vec::new(),
     /// Run when this replica sees another leader, or none.
-    pub on_leader_changed: Vec<String>,
+    pub on_leader_changed: Vec<String> = Vec::new(),
     /// A hook still running then is SIGKILLed with its process group (default 10s).
     #[serde(serialize_with = "redact::duration")]
-    pub timeout: Duration,
+    pub timeout: Duration = Duration::from_secs(10),
+}
 }
 
 /// What happens to the proxied connections of a deposed leader.
@@ -295,26 +321,28 @@ pub enum OnChange {
     Keep,
 }
 
+with_defaults! {
 /// The leader-aware proxy; `listen` None: no proxy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProxyConfig {
     /// Where to accept connections (the empty string: no proxy).
     #[serde(serialize_with = "redact::addr_or_off")]
-    pub listen: Option<SocketAddr>,
+    pub listen: Option<SocketAddr> = None,
     /// This replica's own service, `host:port` (default `127.0.0.1:8080`).
     #[serde(serialize_with = "redact::text_or_off")]
-    pub upstream: Option<String>,
+    pub upstream: Option<String> = Some("127.0.0.1:8080".into()),
     /// What happens to connections of a deposed leader (default close).
-    pub on_change: OnChange,
+    pub on_change: OnChange = OnChange::Close,
     /// How long a new connection waits for a leader (default 2s).
     #[serde(serialize_with = "redact::duration")]
-    pub connect_timeout: Duration,
+    pub connect_timeout: Duration = Duration::from_secs(2),
     /// A connection with no bytes either way for this long is closed (default 1h; zero:
     /// never).
     #[serde(serialize_with = "redact::duration")]
-    pub idle_timeout: Duration,
+    pub idle_timeout: Duration = Duration::from_secs(3600),
     /// Connections past this many are closed at once and counted as refused (default 10000).
-    pub max_connections: u32,
+    pub max_connections: u32 = 10_000,
+}
 }
 
 /// What happens when the child exits while this replica leads.
@@ -327,20 +355,22 @@ pub enum OnExit {
     Exit,
 }
 
+with_defaults! {
 /// The command run only while leading; empty `command` means no exec mode.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExecConfig {
     /// The program and its arguments, run directly (not through a shell).
-    pub command: Vec<String>,
+    pub command: Vec<String> = Vec::new(),
     /// Sent to the child's process group on stepping down (default SIGTERM).
     #[serde(serialize_with = "redact::signal")]
-    pub stop_signal: nix::sys::signal::Signal,
+    pub stop_signal: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGTERM,
     /// Time between `stop_signal` and SIGKILL (default 3s); less than
     /// `lease_duration - renew_deadline` in exec mode.
     #[serde(serialize_with = "redact::duration")]
-    pub grace_period: Duration,
+    pub grace_period: Duration = Duration::from_secs(3),
     /// What to do when the child exits while leading (default release).
-    pub on_exit: OnExit,
+    pub on_exit: OnExit = OnExit::Release,
+}
 }
 
 /// The log line format.
@@ -353,13 +383,15 @@ pub enum LogFormat {
     Json,
 }
 
+with_defaults! {
 /// How to log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoggingConfig {
     /// Text or JSON lines (default text).
-    pub format: LogFormat,
+    pub format: LogFormat = LogFormat::Text,
     /// One of trace, debug, info, warn, error (lowercase).
-    pub level: String,
+    pub level: String = "info".into(),
+}
 }
 
 /// Values given on the command line (the flags every subcommand shares); None = not given.
