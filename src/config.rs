@@ -3,6 +3,11 @@
 //!
 //! Precedence is flag > environment > file > default. In the file, `${VAR}` in any string
 //! value is replaced from the environment and `$${` stands for a literal `${`.
+//!
+//! Adding a key: its field, doc and default in the section's struct below (the allowed keys
+//! of the file and the printed configuration follow from the struct; a duration or a path
+//! names its printer with `serialize_with`), and its reader line in `sections.rs` or
+//! `outputs.rs`; a key with a flag also gets its field in [`Overrides`].
 
 mod addrs;
 mod aliases;

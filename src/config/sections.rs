@@ -1,5 +1,5 @@
 //! Reading each section of the file, with flags and `LEADERD_*` variables layered on top,
-//! into the typed configuration. Defaults live here.
+//! into the typed configuration (the defaults are written next to the fields in `config.rs`).
 
 use std::path::Path;
 use std::time::Duration;
