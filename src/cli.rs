@@ -5,7 +5,7 @@ mod handover;
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config, Overrides};
 use crate::daemon;
@@ -34,7 +34,7 @@ enum Command {
     /// Contend for the lease and publish leadership until SIGTERM.
     Run {
         #[command(flatten)]
-        common: CommonFlags,
+        common: Overrides,
         /// Run COMMAND only while this replica leads (exec mode).
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
@@ -42,7 +42,7 @@ enum Command {
     /// Print the effective configuration (secrets redacted), or every problem in it.
     CheckConfig {
         #[command(flatten)]
-        common: CommonFlags,
+        common: Overrides,
         /// Also connect to Redis and report each server's maxmemory-policy (exit 1 when
         /// Redis does not answer).
         #[arg(long)]
@@ -51,7 +51,7 @@ enum Command {
     /// Ask Redis who holds the lease.
     Status {
         #[command(flatten)]
-        common: CommonFlags,
+        common: Overrides,
         /// Print a JSON object instead of a line of text.
         #[arg(long)]
         json: bool,
@@ -64,7 +64,7 @@ enum Command {
     /// wait until the new term has begun.
     Handover {
         #[command(flatten)]
-        common: CommonFlags,
+        common: Overrides,
         /// The candidate to hand over to [default: the best successor].
         #[arg(long, value_name = "IDENTITY")]
         to: Option<String>,
@@ -86,62 +86,12 @@ enum Command {
     Keeper(crate::keeper::KeeperArgs),
 }
 
-#[derive(Debug, Args)]
-struct CommonFlags {
-    /// Configuration file [default: $LEADERD_CONFIG, else ./config.yaml]
-    #[arg(long, value_name = "PATH")]
-    config: Option<PathBuf>,
-    /// Election name.
-    #[arg(long)]
-    name: Option<String>,
-    /// This replica's identity.
-    #[arg(long)]
-    identity: Option<String>,
-    /// Redis URL (mode single). A password in it is visible to every user in `ps`: use
-    /// LEADERD_REDIS_PASSWORD or redis.password_file instead.
-    #[arg(long, value_name = "URL")]
-    redis_url: Option<String>,
-    /// Lease TTL, e.g. 15s.
-    #[arg(long, value_name = "DURATION")]
-    lease_duration: Option<String>,
-    /// Step down without a renew for this long, e.g. 10s.
-    #[arg(long, value_name = "DURATION")]
-    renew_deadline: Option<String>,
-    /// Renew and poll interval, e.g. 2s.
-    #[arg(long, value_name = "DURATION")]
-    retry_period: Option<String>,
-    /// HTTP address, e.g. 0.0.0.0:9090; empty for none.
-    #[arg(long, value_name = "ADDR")]
-    http_addr: Option<String>,
-    /// Leader file path; empty for none.
-    #[arg(long, value_name = "PATH")]
-    leader_file: Option<String>,
-    /// text or json.
-    #[arg(long, value_name = "FORMAT")]
-    log_format: Option<String>,
-    /// trace, debug, info, warn or error.
-    #[arg(long, value_name = "LEVEL")]
-    log_level: Option<String>,
-}
-
-impl CommonFlags {
-    /// `check_programs`: the command runs or checks the hooks and exec (check-config, run).
-    fn overrides(self, exec_command: Vec<String>, check_programs: bool) -> Overrides {
-        Overrides {
-            config_path: self.config,
-            name: self.name,
-            identity: self.identity,
-            redis_url: self.redis_url,
-            lease_duration: self.lease_duration,
-            renew_deadline: self.renew_deadline,
-            retry_period: self.retry_period,
-            http_addr: self.http_addr,
-            leader_file: self.leader_file,
-            log_format: self.log_format,
-            log_level: self.log_level,
-            exec_command,
-            check_programs,
-        }
+/// `check_programs`: the command runs or checks the hooks and exec (check-config, run).
+fn overrides(common: Overrides, exec_command: Vec<String>, check_programs: bool) -> Overrides {
+    Overrides {
+        exec_command,
+        check_programs,
+        ..common
     }
 }
 
@@ -183,21 +133,21 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Run { common, command } => run(common.overrides(command, true)),
+        Command::Run { common, command } => run(overrides(common, command, true)),
         Command::CheckConfig { common, probe } => {
-            check_config(&common.overrides(Vec::new(), true), probe)
+            check_config(&overrides(common, Vec::new(), true), probe)
         }
         Command::Status {
             common,
             json,
             watch,
-        } => status(&common.overrides(Vec::new(), false), json, watch),
+        } => status(&overrides(common, Vec::new(), false), json, watch),
         Command::Handover {
             common,
             to,
             timeout,
             json,
-        } => handover::handover(&common.overrides(Vec::new(), false), to, timeout, json),
+        } => handover::handover(&overrides(common, Vec::new(), false), to, timeout, json),
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::keeper::main(args),
     }

@@ -3,10 +3,15 @@
 //!
 //! Precedence is flag > environment > file > default. In the file, `${VAR}` in any string
 //! value is replaced from the environment and `$${` stands for a literal `${`.
+//!
+//! Adding a key: its field, doc and default in the section's struct below (the allowed keys
+//! of the file and the printed configuration follow from the struct; a duration or a path
+//! names its printer with `serialize_with`), and its reader line in `sections.rs` or
+//! `outputs.rs`; a key with a flag also gets its field in [`Overrides`].
 
 mod addrs;
 mod aliases;
-mod document;
+mod defaults;
 mod duration;
 mod expand;
 mod keys;
@@ -20,6 +25,7 @@ mod sections;
 mod spec;
 mod tree;
 mod values;
+mod yaml;
 pub(crate) use duration::{format_duration, parse_duration};
 pub(crate) use programs::group_writable_warnings;
 
@@ -28,8 +34,26 @@ mod tests;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+use serde::{Deserialize, Serialize};
+
+/// A config struct whose fields are written `pub field: Type = default,`: the struct, and
+/// its `Default` from those values (a new key is one field, its doc and its default).
+macro_rules! with_defaults {
+    ($(#[$meta:meta])* pub struct $name:ident {
+        $($(#[$fmeta:meta])* pub $field:ident: $ty:ty = $default:expr,)*
+    }) => {
+        $(#[$meta])* pub struct $name { $($(#[$fmeta])* pub $field: $ty,)* }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $($field: $default,)* }
+            }
+        }
+    };
+}
+
 /// Everything `leaderd` needs to run one election, validated as a whole.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     /// The election name, shared by all replicas; part of every Redis key.
     pub name: String,
@@ -52,7 +76,8 @@ pub struct Config {
 }
 
 /// The value of `redis.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ModeName {
     /// `single`.
     Single,
@@ -140,45 +165,56 @@ impl RedisMode {
 /// library's type, handed to the connector as it is).
 pub use crate::connector::Secret;
 
+with_defaults! {
 /// Where and how to reach Redis.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RedisConfig {
     /// How Redis is deployed (default single), with its addresses.
-    pub mode: RedisMode,
+    #[serde(flatten)]
+    pub mode: RedisMode = RedisMode::Single { url: defaults::REDIS_URL.into() },
     /// The Redis ACL user.
-    pub username: Option<String>,
+    pub username: Option<String> = None,
     /// `LEADERD_REDIS_PASSWORD` if set and not empty, else the contents of `password_file`
     /// with the trailing newline removed.
-    pub password: Option<Secret>,
+    #[serde(serialize_with = "redact::secret")]
+    pub password: Option<Secret> = None,
     /// A file holding the password (read only when `LEADERD_REDIS_PASSWORD` is not set).
-    pub password_file: Option<PathBuf>,
+    #[serde(serialize_with = "redact::path")]
+    pub password_file: Option<PathBuf> = None,
     /// Prepended to every key (default `leaderd:`).
-    pub key_prefix: String,
+    pub key_prefix: String = "leaderd:".into(),
     /// Limit on establishing a connection (default 1s).
-    pub connect_timeout: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub connect_timeout: Duration = Duration::from_secs(1),
     /// Limit on one command's round trip (default 500ms); less than `retry_period`.
-    pub command_timeout: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub command_timeout: Duration = Duration::from_millis(500),
     /// When > 0, an acquire or renew counts only after that many replicas acknowledged it.
-    pub min_replicas_ack: u32,
+    pub min_replicas_ack: u32 = 0,
     /// `redis.tls` (optional, beyond `rediss://` alone): the files for `rediss://`
     /// connections. None: the system's CA roots, no client certificate.
-    pub tls: Option<TlsConfig>,
+    pub tls: Option<TlsConfig> = None,
+}
 }
 
 /// Files for TLS connections (`rediss://`). Paths only: the contents are read when the
 /// client is made, and never printed.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct TlsConfig {
     /// PEM CA bundle to verify the servers with, instead of the system's roots.
+    #[serde(serialize_with = "redact::path")]
     pub ca_file: Option<PathBuf>,
     /// PEM client certificate (with `key_file`), for servers that ask for one.
+    #[serde(serialize_with = "redact::path")]
     pub cert_file: Option<PathBuf>,
     /// PEM private key of `cert_file`.
+    #[serde(serialize_with = "redact::path")]
     pub key_file: Option<PathBuf>,
 }
 
 /// What a replica does after losing a term for a reason other than shutdown or yield.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnLost {
     /// Campaign again after `retry_period`.
     Contend,
@@ -186,46 +222,57 @@ pub enum OnLost {
     Exit,
 }
 
+with_defaults! {
 /// Timing of the lease and of campaigning.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ElectionConfig {
     /// TTL of the lease in Redis.
-    pub lease_duration: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub lease_duration: Duration = Duration::from_secs(15),
     /// A leader that has not renewed within this steps down.
-    pub renew_deadline: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub renew_deadline: Duration = Duration::from_secs(10),
     /// Renew interval of the leader, poll interval of the others.
-    pub retry_period: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub retry_period: Duration = Duration::from_secs(2),
     /// Followers wait `retry_period * (1 + U(0, jitter))`; `0 <= jitter <= 1`.
-    pub jitter: f64,
+    pub jitter: f64 = 0.2,
     /// Release the lease on a clean shutdown (default true).
-    pub release_on_shutdown: bool,
+    pub release_on_shutdown: bool = true,
     /// What to do after losing a term (default contend).
-    pub on_lost: OnLost,
+    pub on_lost: OnLost = OnLost::Contend,
     /// Set only when `http_get` or a `command` is configured.
-    pub health_check: Option<HealthCheckConfig>,
+    pub health_check: Option<HealthCheckConfig> = None,
     /// Preference as a successor, 0..=1000 (higher first; default 0).
-    pub priority: u32,
+    pub priority: u32 = 0,
     /// Hand over to a healthier, higher-priority candidate (default false).
-    pub preempt: bool,
+    pub preempt: bool = false,
+}
 }
 
+with_defaults! {
 /// Lead only while the local service is healthy.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HealthCheckConfig {
     /// An `http://` URL, healthy when it answers 2xx.
-    pub http_get: Option<String>,
+    #[serde(serialize_with = "redact::url")]
+    pub http_get: Option<String> = None,
     /// A command, healthy when it exits 0 (run directly, not through a shell).
-    pub command: Vec<String>,
+    pub command: Vec<String> = Vec::new(),
     /// Time between checks (default 2s).
-    pub period: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub period: Duration = Duration::from_secs(2),
     /// Limit on one check (default 1s); less than `period`.
-    pub timeout: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub timeout: Duration = Duration::from_secs(1),
     /// Consecutive failures before yielding or not contending (>= 1).
-    pub failures: u32,
+    pub failures: u32 = 3,
+}
 }
 
 /// When `/readyz` answers 200.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ReadyWhen {
     /// Only while leader with a valid lease.
     Leader,
@@ -233,37 +280,45 @@ pub enum ReadyWhen {
     Always,
 }
 
+with_defaults! {
 /// Where the status is published.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PublishConfig {
     /// None: no HTTP server (the empty string in the file, a flag or the environment).
-    pub http_addr: Option<SocketAddr>,
+    #[serde(serialize_with = "redact::addr_or_off")]
+    pub http_addr: Option<SocketAddr> = Some(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 9090))),
     /// None: no leader file (the empty string).
-    pub leader_file: Option<PathBuf>,
+    #[serde(serialize_with = "redact::path_or_off")]
+    pub leader_file: Option<PathBuf> = Some(PathBuf::from("/var/run/leaderd/leader.json")),
     /// When `/readyz` answers 200 (default leader).
-    pub ready_when: ReadyWhen,
+    pub ready_when: ReadyWhen = ReadyWhen::Leader,
     /// Open HTTP connections (event streams included) past which a new one is closed at once
     /// (default 1024, 1-65535).
-    pub max_connections: u32,
+    pub max_connections: u32 = 1024,
     /// `host:port` where the other replicas reach this replica's service (None: unset).
-    pub advertise: Option<String>,
+    pub advertise: Option<String> = None,
+}
 }
 
+with_defaults! {
 /// Commands run (directly, one at a time) when leadership changes; empty: none.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HooksConfig {
     /// Run after this replica began a term.
-    pub on_acquired: Vec<String>,
+    pub on_acquired: Vec<String> = Vec::new(),
     /// Run after this replica's term ended (its claim is over).
-    pub on_stepped_down: Vec<String>,
+    pub on_stepped_down: Vec<String> = Vec::new(),
     /// Run when this replica sees another leader, or none.
-    pub on_leader_changed: Vec<String>,
+    pub on_leader_changed: Vec<String> = Vec::new(),
     /// A hook still running then is SIGKILLed with its process group (default 10s).
-    pub timeout: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub timeout: Duration = Duration::from_secs(10),
+}
 }
 
 /// What happens to the proxied connections of a deposed leader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnChange {
     /// Close them when this replica learns of the change.
     Close,
@@ -271,26 +326,33 @@ pub enum OnChange {
     Keep,
 }
 
+with_defaults! {
 /// The leader-aware proxy; `listen` None: no proxy.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProxyConfig {
     /// Where to accept connections (the empty string: no proxy).
-    pub listen: Option<SocketAddr>,
+    #[serde(serialize_with = "redact::addr_or_off")]
+    pub listen: Option<SocketAddr> = None,
     /// This replica's own service, `host:port` (default `127.0.0.1:8080`).
-    pub upstream: Option<String>,
+    #[serde(serialize_with = "redact::text_or_off")]
+    pub upstream: Option<String> = Some("127.0.0.1:8080".into()),
     /// What happens to connections of a deposed leader (default close).
-    pub on_change: OnChange,
+    pub on_change: OnChange = OnChange::Close,
     /// How long a new connection waits for a leader (default 2s).
-    pub connect_timeout: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub connect_timeout: Duration = Duration::from_secs(2),
     /// A connection with no bytes either way for this long is closed (default 1h; zero:
     /// never).
-    pub idle_timeout: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub idle_timeout: Duration = Duration::from_secs(3600),
     /// Connections past this many are closed at once and counted as refused (default 10000).
-    pub max_connections: u32,
+    pub max_connections: u32 = 10_000,
+}
 }
 
 /// What happens when the child exits while this replica leads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnExit {
     /// Release the lease and contend again after `retry_period`.
     Release,
@@ -298,22 +360,27 @@ pub enum OnExit {
     Exit,
 }
 
+with_defaults! {
 /// The command run only while leading; empty `command` means no exec mode.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExecConfig {
     /// The program and its arguments, run directly (not through a shell).
-    pub command: Vec<String>,
+    pub command: Vec<String> = Vec::new(),
     /// Sent to the child's process group on stepping down (default SIGTERM).
-    pub stop_signal: nix::sys::signal::Signal,
+    #[serde(serialize_with = "redact::signal")]
+    pub stop_signal: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGTERM,
     /// Time between `stop_signal` and SIGKILL (default 3s); less than
     /// `lease_duration - renew_deadline` in exec mode.
-    pub grace_period: Duration,
+    #[serde(serialize_with = "redact::duration")]
+    pub grace_period: Duration = Duration::from_secs(3),
     /// What to do when the child exits while leading (default release).
-    pub on_exit: OnExit,
+    pub on_exit: OnExit = OnExit::Release,
+}
 }
 
 /// The log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
     Text,
@@ -321,45 +388,61 @@ pub enum LogFormat {
     Json,
 }
 
+with_defaults! {
 /// How to log.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoggingConfig {
     /// Text or JSON lines (default text).
-    pub format: LogFormat,
+    pub format: LogFormat = LogFormat::Text,
     /// One of trace, debug, info, warn, error (lowercase).
-    pub level: String,
+    pub level: String = "info".into(),
+}
 }
 
-/// Values given on the command line; None = not given. They win over the environment and
-/// the file.
-#[derive(Debug, Clone, Default)]
+/// Values given on the command line (the flags every subcommand shares); None = not given.
+/// They win over the environment and the file.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct Overrides {
-    /// `--config`.
+    /// Configuration file [default: $LEADERD_CONFIG, else ./config.yaml]
+    #[arg(long = "config", value_name = "PATH")]
     pub config_path: Option<PathBuf>,
-    /// `--name`.
+    /// Election name.
+    #[arg(long)]
     pub name: Option<String>,
-    /// `--identity`.
+    /// This replica's identity.
+    #[arg(long)]
     pub identity: Option<String>,
-    /// `--redis-url`.
+    /// Redis URL (mode single). A password in it is visible to every user in `ps`: use
+    /// LEADERD_REDIS_PASSWORD or redis.password_file instead.
+    #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
-    /// `--lease-duration`.
+    /// Lease TTL, e.g. 15s.
+    #[arg(long, value_name = "DURATION")]
     pub lease_duration: Option<String>,
-    /// `--renew-deadline`.
+    /// Step down without a renew for this long, e.g. 10s.
+    #[arg(long, value_name = "DURATION")]
     pub renew_deadline: Option<String>,
-    /// `--retry-period`.
+    /// Renew and poll interval, e.g. 2s.
+    #[arg(long, value_name = "DURATION")]
     pub retry_period: Option<String>,
-    /// `--http-addr` (the empty string: no HTTP server).
+    /// HTTP address, e.g. 0.0.0.0:9090; empty for none.
+    #[arg(long, value_name = "ADDR")]
     pub http_addr: Option<String>,
-    /// `--leader-file` (the empty string: no leader file).
+    /// Leader file path; empty for none.
+    #[arg(long, value_name = "PATH")]
     pub leader_file: Option<String>,
-    /// `--log-format`.
+    /// text or json.
+    #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
-    /// `--log-level`.
+    /// trace, debug, info, warn or error.
+    #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// From `-- COMMAND ARGS`; when non-empty it replaces `exec.command`.
+    /// From `-- COMMAND ARGS` (set by `run`); when non-empty it replaces `exec.command`.
+    #[arg(skip)]
     pub exec_command: Vec<String>,
     /// Check that the hook and exec programs can be run on this host (`check-config` and
     /// `run`; `status` and `handover` may run on an operator's host that lacks them).
+    #[arg(skip)]
     pub check_programs: bool,
 }
 
@@ -407,7 +490,7 @@ pub fn load(overrides: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigE
         None => from_env()?.unwrap_or_else(|| PathBuf::from("./config.yaml")),
     };
     let shown = path.display().to_string();
-    let text = document::read_capped(&path)
+    let text = yaml::read_capped(&path)
         .map_err(|e| ConfigError::one(format!("config file {shown}: cannot read it: {e}")))?;
     from_text(&text, &shown, overrides, env)
 }
@@ -444,7 +527,7 @@ fn from_text(
     overrides: &Overrides,
     env: EnvLookup<'_>,
 ) -> Result<Config, ConfigError> {
-    let doc = document::parse(text, origin)?;
+    let doc = yaml::parse(text, origin)?;
     let mut reader = tree::Reader::new(env);
     let root = reader.root(&doc);
     let config = sections::build(&mut reader, &root, overrides);

@@ -1,9 +1,8 @@
 //! The `redis` section's mode and address keys as read, before the mode's rules
 //! (`rules::redis_mode`) tie them together; shared by the section reader and the rules.
 
+use super::defaults::REDIS_URL;
 use super::{ModeName, RedisMode};
-
-const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 
 /// The mode and the address keys as read, before the mode's rules tie them together.
 pub(super) struct RedisAddrs {
@@ -20,7 +19,7 @@ impl RedisAddrs {
     pub(super) fn into_mode(self) -> RedisMode {
         match self.mode {
             ModeName::Single => RedisMode::Single {
-                url: self.url.unwrap_or_else(|| DEFAULT_REDIS_URL.to_string()),
+                url: self.url.unwrap_or_else(|| REDIS_URL.to_string()),
             },
             ModeName::Sentinel => RedisMode::Sentinel {
                 sentinels: self.sentinels,

@@ -1,91 +1,43 @@
 //! The known keys of `config.yaml`, and the nearest-key suggestion for unknown ones.
 
-/// Every mapping of the file (by dotted path, "" for the top level) and the keys it allows.
-const SCHEMA: &[(&str, &[&str])] = &[
-    (
-        "",
-        &[
-            "name", "identity", "redis", "election", "publish", "exec", "logging", "hooks", "proxy",
-        ],
-    ),
-    (
-        "redis",
-        &[
-            "mode",
-            "url",
-            "urls",
-            "sentinels",
-            "master_name",
-            "username",
-            "password_file",
-            "key_prefix",
-            "connect_timeout",
-            "command_timeout",
-            "min_replicas_ack",
-            "tls",
-        ],
-    ),
-    ("redis.tls", &["ca_file", "cert_file", "key_file"]),
-    (
-        "election",
-        &[
-            "lease_duration",
-            "renew_deadline",
-            "retry_period",
-            "jitter",
-            "release_on_shutdown",
-            "on_lost",
-            "health_check",
-            "priority",
-            "preempt",
-        ],
-    ),
-    (
-        "election.health_check",
-        &["http_get", "command", "period", "timeout", "failures"],
-    ),
-    (
-        "publish",
-        &[
-            "http_addr",
-            "leader_file",
-            "ready_when",
-            "max_connections",
-            "advertise",
-        ],
-    ),
-    (
-        "exec",
-        &["command", "stop_signal", "grace_period", "on_exit"],
-    ),
-    ("logging", &["format", "level"]),
-    (
-        "hooks",
-        &[
-            "on_acquired",
-            "on_stepped_down",
-            "on_leader_changed",
-            "timeout",
-        ],
-    ),
-    (
-        "proxy",
-        &[
-            "listen",
-            "upstream",
-            "on_change",
-            "connect_timeout",
-            "idle_timeout",
-            "max_connections",
-        ],
-    ),
-];
+use std::sync::OnceLock;
+
+use super::yaml::{self, Value};
+
+/// Keys printed by `check-config` that the file cannot set.
+const PRINTED_ONLY: &[&str] = &["redis.password"];
+
+/// Every mapping of the file (by dotted path, "" for the top level) and the keys it allows,
+/// in the order the config structs declare them.
+fn schema() -> &'static [(String, Vec<String>)] {
+    static SCHEMA: OnceLock<Vec<(String, Vec<String>)>> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let mut out = Vec::new();
+        let shape = yaml::to_value(&super::Config::shape()).unwrap_or_default();
+        walk("", &shape, &mut out);
+        out
+    })
+}
+
+fn walk(path: &str, value: &Value, out: &mut Vec<(String, Vec<String>)>) {
+    let Value::Mapping(map) = value else { return };
+    let at = out.len();
+    out.push((path.to_string(), Vec::new()));
+    for (key, child) in map {
+        let Some(key) = key.as_str() else { continue };
+        let full = join(path, key);
+        if !PRINTED_ONLY.contains(&full.as_str()) {
+            out[at].1.push(key.to_string());
+            walk(&full, child, out);
+        }
+    }
+}
 
 /// The keys allowed in the mapping at `path` (empty for a path that is not a mapping).
-pub(super) fn known_keys(path: &str) -> &'static [&'static str] {
-    SCHEMA
+pub(super) fn known_keys(path: &str) -> &'static [String] {
+    schema()
         .iter()
-        .find(|(p, _)| *p == path)
+        .find(|(p, _)| p == path)
         .map_or(&[], |(_, keys)| keys)
 }
 
@@ -123,10 +75,10 @@ fn suggest(path: &str, key: &str) -> Option<String> {
         return None;
     }
     let mut best: Option<(usize, bool, String)> = None;
-    for (section, keys) in SCHEMA {
-        for known in *keys {
+    for (section, keys) in schema() {
+        for known in keys {
             let distance = edit_distance(&key, known);
-            let elsewhere = *section != path;
+            let elsewhere = section != path;
             let candidate = (distance, elsewhere, join(section, known));
             if distance <= limit
                 && best
@@ -232,6 +184,26 @@ mod tests {
              master_name, username, password_file, key_prefix, connect_timeout, \
              command_timeout, min_replicas_ack, tls)"
         );
+    }
+
+    /// The schema is the structs' printed keys, optional sections included, less the
+    /// password (set only through the environment or `password_file`).
+    #[test]
+    fn the_schema_is_the_printed_keys_less_the_password() {
+        let top = [
+            "name", "identity", "redis", "election", "publish", "exec", "logging",
+        ];
+        assert_eq!(known_keys("")[..7], top);
+        assert_eq!(
+            known_keys("redis.tls"),
+            ["ca_file", "cert_file", "key_file"]
+        );
+        let check = ["http_get", "command", "period", "timeout", "failures"];
+        assert_eq!(known_keys("election.health_check"), check);
+        assert!(!known_keys("redis").contains(&"password".to_string()));
+        assert!(known_keys("redis").contains(&"password_file".to_string()));
+        assert_eq!(known_keys("proxy")[4], "idle_timeout");
+        assert!(known_keys("redis.url").is_empty());
     }
 
     #[test]

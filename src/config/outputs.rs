@@ -3,18 +3,16 @@
 //! no other user may change).
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::programs::{find_program, ProgramError};
 use super::tree::{Node, Reader};
 use super::values::{self as v, choice};
-use super::{HooksConfig, OnChange, ProxyConfig};
-
-const DEFAULT_UPSTREAM: &str = "127.0.0.1:8080";
+use super::{HooksConfig, ProxyConfig};
 
 /// `on_this_host`: also check that each hook's program can be run here.
 pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>, on_this_host: bool) -> HooksConfig {
     let n = r.section(root, "hooks");
+    let d = HooksConfig::default();
     let mut command = |leaf: &str| {
         let cmd = r.list(r.file(&n, leaf)).unwrap_or_default();
         let key = n.key(leaf);
@@ -25,14 +23,13 @@ pub(super) fn hooks(r: &mut Reader<'_>, root: &Node<'_>, on_this_host: bool) -> 
         on_acquired: command("on_acquired"),
         on_stepped_down: command("on_stepped_down"),
         on_leader_changed: command("on_leader_changed"),
-        timeout: r
-            .get(r.file(&n, "timeout"), v::positive_duration)
-            .unwrap_or(Duration::from_secs(10)),
+        timeout: r.or(&n, "timeout", v::positive_duration, d.timeout),
     }
 }
 
 pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
     let n = r.section(root, "proxy");
+    let d = ProxyConfig::default();
     // An explicit null is no upstream, as "" is: more likely a forgotten value than a
     // request for the default.
     let upstream_null = n.is_null("upstream");
@@ -41,21 +38,18 @@ pub(super) fn proxy(r: &mut Reader<'_>, root: &Node<'_>) -> ProxyConfig {
     let cfg = ProxyConfig {
         listen: r.get(r.file(&n, "listen"), v::listen_addr).flatten(),
         upstream: match (upstream_given, upstream) {
-            (false, _) => Some(DEFAULT_UPSTREAM.to_string()),
+            (false, _) => d.upstream,
             (true, u) => u.flatten(),
         },
-        on_change: r
-            .get(r.file(&n, "on_change"), choice(v::ON_CHANGE))
-            .unwrap_or(OnChange::Close),
-        connect_timeout: r
-            .get(r.file(&n, "connect_timeout"), v::positive_duration)
-            .unwrap_or(Duration::from_secs(2)),
-        idle_timeout: r
-            .get(r.file(&n, "idle_timeout"), v::duration)
-            .unwrap_or(Duration::from_secs(3600)),
-        max_connections: r
-            .get(r.file(&n, "max_connections"), v::count(1))
-            .unwrap_or(10_000),
+        on_change: r.or(&n, "on_change", choice, d.on_change),
+        connect_timeout: r.or(
+            &n,
+            "connect_timeout",
+            v::positive_duration,
+            d.connect_timeout,
+        ),
+        idle_timeout: r.or(&n, "idle_timeout", v::duration, d.idle_timeout),
+        max_connections: r.or(&n, "max_connections", v::count(1), d.max_connections),
     };
     if cfg.listen.is_some() && cfg.upstream.is_none() && r.all_valid(&["proxy.upstream"]) {
         let written = if upstream_null { "null" } else { "\"\"" };

@@ -15,7 +15,7 @@ pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisAddrs, url_label: Option<&
     if !r.all_valid(&["redis.mode"]) {
         return;
     }
-    let mode = super::values::name_of(super::values::MODES, c.mode);
+    let mode = super::values::name_of(c.mode);
     let single = c.mode == ModeName::Single;
     let sentinel = c.mode == ModeName::Sentinel;
     if let (false, Some(label)) = (single, url_label) {

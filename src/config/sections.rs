@@ -1,22 +1,17 @@
 //! Reading each section of the file, with flags and `LEADERD_*` variables layered on top,
-//! into the typed configuration. Defaults live here.
+//! into the typed configuration (the defaults are written next to the fields in `config.rs`).
 
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-use nix::sys::signal::Signal;
 
 use super::addrs::RedisAddrs;
 use super::tree::{Node, Reader};
 use super::values::{self as v, choice};
 use super::TlsConfig;
-use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LogFormat, LoggingConfig};
-use super::{ModeName, OnExit, OnLost, Overrides, PublishConfig, ReadyWhen};
+use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, LoggingConfig};
+use super::{ModeName, Overrides, PublishConfig};
 use super::{RedisConfig, Secret};
 
-const DEFAULT_LEADER_FILE: &str = "/var/run/leaderd/leader.json";
-const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
 const PASSWORD_VAR: &str = "LEADERD_REDIS_PASSWORD";
 
 /// Reads the whole configuration; problems go to `r`, rejected values get defaults.
@@ -72,7 +67,8 @@ fn identity(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> String {
 
 fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
     let n = r.section(root, "redis");
-    let mode = r.get(r.file(&n, "mode"), choice(v::MODES));
+    let d = RedisConfig::default();
+    let mode = r.get(r.file(&n, "mode"), choice);
     let url_input = r.layered(
         &n,
         "url",
@@ -98,11 +94,19 @@ fn redis(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> RedisConfig {
         username: r.get(r.file(&n, "username"), non_empty),
         password: password(r, password_file.as_deref()),
         password_file,
-        key_prefix: r
-            .get(r.file(&n, "key_prefix"), |s| Ok(s.to_string()))
-            .unwrap_or_else(|| "leaderd:".into()),
-        connect_timeout: positive(r, &n, "connect_timeout", Duration::from_secs(1)),
-        command_timeout: positive(r, &n, "command_timeout", Duration::from_millis(500)),
+        key_prefix: r.or(&n, "key_prefix", |s| Ok(s.to_string()), d.key_prefix),
+        connect_timeout: r.or(
+            &n,
+            "connect_timeout",
+            v::positive_duration,
+            d.connect_timeout,
+        ),
+        command_timeout: r.or(
+            &n,
+            "command_timeout",
+            v::positive_duration,
+            d.command_timeout,
+        ),
         min_replicas_ack,
         tls: tls(r, &n),
     }
@@ -185,12 +189,6 @@ fn password(r: &mut Reader<'_>, file: Option<&Path>) -> Option<Secret> {
     }
 }
 
-/// A duration > 0 from the file.
-fn positive(r: &mut Reader<'_>, n: &Node<'_>, leaf: &str, default: Duration) -> Duration {
-    r.get(r.file(n, leaf), v::positive_duration)
-        .unwrap_or(default)
-}
-
 /// A duration > 0 that a flag may also set.
 fn flagged(
     r: &mut Reader<'_>,
@@ -205,39 +203,35 @@ fn flagged(
 
 fn election(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ElectionConfig {
     let n = r.section(root, "election");
-    let secs = Duration::from_secs;
+    let d = ElectionConfig::default();
     let cfg = ElectionConfig {
         lease_duration: flagged(
             r,
             &n,
             "lease_duration",
             ("--lease-duration", &o.lease_duration),
-            secs(15),
+            d.lease_duration,
         ),
         renew_deadline: flagged(
             r,
             &n,
             "renew_deadline",
             ("--renew-deadline", &o.renew_deadline),
-            secs(10),
+            d.renew_deadline,
         ),
         retry_period: flagged(
             r,
             &n,
             "retry_period",
             ("--retry-period", &o.retry_period),
-            secs(2),
+            d.retry_period,
         ),
-        jitter: r.get(r.file(&n, "jitter"), v::jitter).unwrap_or(0.2),
-        release_on_shutdown: r
-            .get(r.file(&n, "release_on_shutdown"), v::boolean)
-            .unwrap_or(true),
-        on_lost: r
-            .get(r.file(&n, "on_lost"), choice(v::ON_LOST))
-            .unwrap_or(OnLost::Contend),
+        jitter: r.or(&n, "jitter", v::jitter, d.jitter),
+        release_on_shutdown: r.or(&n, "release_on_shutdown", v::boolean, d.release_on_shutdown),
+        on_lost: r.or(&n, "on_lost", choice, d.on_lost),
         health_check: health_check(r, &n, o.check_programs),
-        priority: r.get(r.file(&n, "priority"), v::priority).unwrap_or(0),
-        preempt: r.get(r.file(&n, "preempt"), v::boolean).unwrap_or(false),
+        priority: r.or(&n, "priority", v::priority, d.priority),
+        preempt: r.or(&n, "preempt", v::boolean, d.preempt),
     };
     super::rules::election(r, &cfg);
     cfg
@@ -252,12 +246,13 @@ fn health_check(
     on_this_host: bool,
 ) -> Option<HealthCheckConfig> {
     let n = r.section(parent, "health_check");
+    let d = HealthCheckConfig::default();
     let cfg = HealthCheckConfig {
         http_get: r.get(r.file(&n, "http_get"), v::http_url),
         command: r.list(r.file(&n, "command")).unwrap_or_default(),
-        period: positive(r, &n, "period", Duration::from_secs(2)),
-        timeout: positive(r, &n, "timeout", Duration::from_secs(1)),
-        failures: r.get(r.file(&n, "failures"), v::count(1)).unwrap_or(3),
+        period: r.or(&n, "period", v::positive_duration, d.period),
+        timeout: r.or(&n, "timeout", v::positive_duration, d.timeout),
+        failures: r.or(&n, "failures", v::count(1), d.failures),
     };
     super::rules::health_check(r, &cfg);
     let program = cfg
@@ -286,24 +281,19 @@ fn publish(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> PublishConfig 
         Some("LEADERD_LEADER_FILE"),
         ("--leader-file", &o.leader_file),
     );
-    let default_addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 9090));
+    let d = PublishConfig::default();
     PublishConfig {
-        http_addr: r.get(addr, v::http_addr).unwrap_or(Some(default_addr)),
-        leader_file: r
-            .get(file, v::leader_file)
-            .unwrap_or_else(|| Some(PathBuf::from(DEFAULT_LEADER_FILE))),
-        ready_when: r
-            .get(r.file(&n, "ready_when"), choice(v::READY_WHEN))
-            .unwrap_or(ReadyWhen::Leader),
-        max_connections: r
-            .get(r.file(&n, "max_connections"), v::connections)
-            .unwrap_or(DEFAULT_MAX_CONNECTIONS),
+        http_addr: r.get(addr, v::http_addr).unwrap_or(d.http_addr),
+        leader_file: r.get(file, v::leader_file).unwrap_or(d.leader_file),
+        ready_when: r.or(&n, "ready_when", choice, d.ready_when),
+        max_connections: r.or(&n, "max_connections", v::connections, d.max_connections),
         advertise: r.get(r.file(&n, "advertise"), v::host_port).flatten(),
     }
 }
 
 fn exec(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ExecConfig {
     let n = r.section(root, "exec");
+    let d = ExecConfig::default();
     let from_file = r.list(r.file(&n, "command")).unwrap_or_default();
     let (command, label) = if o.exec_command.is_empty() {
         (from_file, "exec.command[0]")
@@ -313,20 +303,15 @@ fn exec(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> ExecConfig {
     super::outputs::check_program(r, "exec.command", label, &command, o.check_programs);
     ExecConfig {
         command,
-        stop_signal: r
-            .get(r.file(&n, "stop_signal"), v::signal)
-            .unwrap_or(Signal::SIGTERM),
-        grace_period: r
-            .get(r.file(&n, "grace_period"), v::duration)
-            .unwrap_or(Duration::from_secs(3)),
-        on_exit: r
-            .get(r.file(&n, "on_exit"), choice(v::ON_EXIT))
-            .unwrap_or(OnExit::Release),
+        stop_signal: r.or(&n, "stop_signal", v::signal, d.stop_signal),
+        grace_period: r.or(&n, "grace_period", v::duration, d.grace_period),
+        on_exit: r.or(&n, "on_exit", choice, d.on_exit),
     }
 }
 
 fn logging(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> LoggingConfig {
     let n = r.section(root, "logging");
+    let d = LoggingConfig::default();
     let format = r.layered(
         &n,
         "format",
@@ -340,9 +325,7 @@ fn logging(r: &mut Reader<'_>, root: &Node<'_>, o: &Overrides) -> LoggingConfig 
         ("--log-level", &o.log_level),
     );
     LoggingConfig {
-        format: r
-            .get(format, choice(v::LOG_FORMATS))
-            .unwrap_or(LogFormat::Text),
-        level: r.get(level, v::log_level).unwrap_or_else(|| "info".into()),
+        format: r.get(format, choice).unwrap_or(d.format),
+        level: r.get(level, v::log_level).unwrap_or(d.level),
     }
 }

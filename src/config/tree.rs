@@ -4,12 +4,11 @@
 use std::collections::HashSet;
 use std::env::VarError;
 
-use serde_yaml::{Mapping, Value};
-
 use super::expand::expand;
 use super::keys::{join, known_keys, unknown_key_message};
 use super::scrub::scrub;
 use super::values::REDIS_URL_FORMS;
+use super::yaml::{describe, Mapping, Value};
 
 /// The environment lookup passed to [`super::load`].
 pub(super) type Env<'e> = super::EnvLookup<'e>;
@@ -154,7 +153,7 @@ impl<'e> Reader<'e> {
         let known = known_keys(path);
         for key in map.keys() {
             match key.as_str() {
-                Some(k) if known.contains(&k) => {}
+                Some(k) if known.iter().any(|x| x == k) => {}
                 Some(k) => self.problems.push(unknown_key_message(path, k)),
                 None => self
                     .problems
@@ -171,6 +170,18 @@ impl<'e> Reader<'e> {
             key,
             raw: Raw::File(v),
         })
+    }
+
+    /// The value of `leaf` from the file, converted; `default` when absent or rejected.
+    pub(super) fn or<T>(
+        &mut self,
+        node: &Node<'_>,
+        leaf: &str,
+        convert: impl FnOnce(&str) -> Result<T, super::refused::ValueError>,
+        default: T,
+    ) -> T {
+        let input = self.file(node, leaf);
+        self.get(input, convert).unwrap_or(default)
     }
 
     /// The value of `leaf` by precedence: the flag, else the environment variable (if the
@@ -299,18 +310,5 @@ impl<'e> Reader<'e> {
             Raw::NotUtf8 => "a value that is not UTF-8".to_string(),
             Raw::File(value) => describe(value),
         }
-    }
-}
-
-/// A short rendering of a YAML value for a problem line.
-pub(super) fn describe(value: &Value) -> String {
-    match value {
-        Value::Null => "null".to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => format!("{s:?}"),
-        Value::Sequence(_) => "a list".to_string(),
-        Value::Mapping(_) => "a mapping".to_string(),
-        Value::Tagged(t) => format!("a value tagged {}", t.tag),
     }
 }

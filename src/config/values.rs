@@ -7,53 +7,50 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use serde::de::{value::StrDeserializer, DeserializeOwned};
+use serde::Serialize;
 
 use super::duration::parse_duration;
 use super::refused::ValueError;
-use super::{LogFormat, ModeName, OnChange, OnExit, OnLost, ReadyWhen};
 
-pub(super) const MODES: &[(&str, ModeName)] = &[
-    ("single", ModeName::Single),
-    ("sentinel", ModeName::Sentinel),
-    ("redlock", ModeName::Redlock),
-    ("cluster", ModeName::Cluster),
-];
-pub(super) const ON_LOST: &[(&str, OnLost)] =
-    &[("contend", OnLost::Contend), ("exit", OnLost::Exit)];
-pub(super) const READY_WHEN: &[(&str, ReadyWhen)] =
-    &[("leader", ReadyWhen::Leader), ("always", ReadyWhen::Always)];
-pub(super) const ON_EXIT: &[(&str, OnExit)] =
-    &[("release", OnExit::Release), ("exit", OnExit::Exit)];
-pub(super) const LOG_FORMATS: &[(&str, LogFormat)] =
-    &[("text", LogFormat::Text), ("json", LogFormat::Json)];
-pub(super) const ON_CHANGE: &[(&str, OnChange)] =
-    &[("close", OnChange::Close), ("keep", OnChange::Keep)];
 const LOG_LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
 
-/// A converter accepting one of the names in `table` (case-insensitive).
-pub(super) fn choice<T: Copy>(
-    table: &'static [(&'static str, T)],
-) -> impl Fn(&str) -> Result<T, ValueError> {
-    move |s| {
-        let lower = s.trim().to_ascii_lowercase();
-        table
-            .iter()
-            .find(|(name, _)| *name == lower)
-            .map(|(_, v)| *v)
-            .ok_or_else(|| {
-                let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
-                ValueError::not_allowed(s, format!("allowed: {}", names.join(", ")))
-            })
+/// A converter accepting one of the names of the enum `T` (as it is printed: lowercase),
+/// case-insensitive.
+pub(super) fn choice<T: DeserializeOwned>(s: &str) -> Result<T, ValueError> {
+    let lower = s.trim().to_ascii_lowercase();
+    T::deserialize(StrDeserializer::<Names>::new(&lower))
+        .map_err(|e| ValueError::not_allowed(s, format!("allowed: {}", e.0.join(", "))))
+}
+
+/// The name of `value` as it is printed and written in the file (the inverse of [`choice`]).
+pub(super) fn name_of<T: Serialize>(value: T) -> String {
+    let shown = super::yaml::to_value(&value).ok();
+    shown
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The names an enum allows, as serde reports them for an unknown one.
+#[derive(Debug)]
+struct Names(&'static [&'static str]);
+
+impl serde::de::Error for Names {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Names(&[])
+    }
+    fn unknown_variant(_: &str, expected: &'static [&'static str]) -> Self {
+        Names(expected)
     }
 }
 
-/// The name of `value` in `table` (the inverse of [`choice`]).
-pub(super) fn name_of<T: PartialEq>(table: &[(&'static str, T)], value: T) -> &'static str {
-    table
-        .iter()
-        .find(|(_, v)| *v == value)
-        .map_or("?", |(n, _)| n)
+impl std::fmt::Display for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "allowed: {}", self.0.join(", "))
+    }
 }
+
+impl std::error::Error for Names {}
 
 /// The election name: 1-200 of `[A-Za-z0-9._-]` (it becomes part of Redis keys).
 pub(super) fn name(s: &str) -> Result<String, ValueError> {
@@ -438,10 +435,11 @@ mod tests {
         assert!(identity("a\tb").is_err());
         assert!(count(1)("0").is_err());
         assert!(count(0)("-1").is_err());
-        assert_eq!(choice(MODES)("cluster"), Ok(ModeName::Cluster));
-        assert_eq!(name_of(MODES, ModeName::Sentinel), "sentinel");
-        assert_eq!(choice(MODES)("Single"), Ok(ModeName::Single));
-        assert!(choice(MODES)("solo")
+        use super::super::ModeName;
+        assert_eq!(choice("cluster"), Ok(ModeName::Cluster));
+        assert_eq!(name_of(ModeName::Sentinel), "sentinel");
+        assert_eq!(choice(" Single"), Ok(ModeName::Single));
+        assert!(choice::<ModeName>("solo")
             .unwrap_err()
             .to_string()
             .contains("single, sentinel, redlock, cluster"));

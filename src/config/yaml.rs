@@ -1,9 +1,23 @@
-//! The text of `config.yaml` made into a YAML document: the size cap, UTF-8, a byte order
-//! mark, anchors refused, integers wider than 64 bits, and a top level that is a mapping.
+//! The one place that names the YAML crate: the text of `config.yaml` made into a document
+//! (the size cap, UTF-8, a byte order mark, anchors refused, integers wider than 64 bits,
+//! and a top level that is a mapping), and a value made into YAML text.
 
 use std::borrow::Cow;
 
-use super::{aliases, tree, ConfigError, MAX_CONFIG_BYTES};
+use serde::Serialize;
+pub(super) use serde_yaml::{Mapping, Value};
+
+/// `value` as a YAML document.
+pub(super) fn to_value(value: &impl Serialize) -> Result<Value, serde_yaml::Error> {
+    serde_yaml::to_value(value)
+}
+
+/// `value` as YAML text.
+pub(super) fn to_text(value: &impl Serialize) -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(value)
+}
+
+use super::{aliases, ConfigError, MAX_CONFIG_BYTES};
 
 /// The file's text, refused past [`MAX_CONFIG_BYTES`] or when it is not UTF-8.
 pub(super) fn read_capped(path: &std::path::Path) -> std::io::Result<String> {
@@ -25,7 +39,7 @@ pub(super) fn read_capped(path: &std::path::Path) -> std::io::Result<String> {
 /// # Errors
 /// One problem naming `origin`: too large, anchors or aliases, invalid YAML, or a top level
 /// that is not a mapping.
-pub(super) fn parse(text: &str, origin: &str) -> Result<serde_yaml::Value, ConfigError> {
+pub(super) fn parse(text: &str, origin: &str) -> Result<Value, ConfigError> {
     // Some editors start a UTF-8 file with a byte order mark; YAML does not need one.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.len() as u64 > MAX_CONFIG_BYTES {
@@ -40,7 +54,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<serde_yaml::Value, Confi
     }
     let doc = parse_yaml(text).map_err(|e| yaml_error(origin, &e))?;
     if !(doc.is_null() || doc.is_mapping()) {
-        let what = tree::describe(&doc);
+        let what = describe(&doc);
         return Err(ConfigError::one(format!(
             "config file {origin}: the top level is {what}, but it must be a mapping of keys (name, identity, redis, ...)"
         )));
@@ -51,7 +65,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<serde_yaml::Value, Confi
 /// The document. serde_yaml's `Value` has no integer wider than 64 bits, so such a number
 /// fails the whole parse: it is quoted and the text parsed again, so that its key's check
 /// refuses it (naming the value and what is allowed) along with every other problem.
-fn parse_yaml(text: &str) -> Result<serde_yaml::Value, serde_yaml::Error> {
+fn parse_yaml(text: &str) -> Result<Value, serde_yaml::Error> {
     const MAX_QUOTED: usize = 100;
     let mut text = Cow::Borrowed(text);
     for _ in 0..MAX_QUOTED {
@@ -93,6 +107,19 @@ fn yaml_error(origin: &str, e: &serde_yaml::Error) -> ConfigError {
         .map(|l| format!(" at line {} column {}", l.line(), l.column()))
         .unwrap_or_default();
     ConfigError::one(format!("config file {origin}: invalid YAML{at}: {what}"))
+}
+
+/// A short rendering of a YAML value for a problem line.
+pub(super) fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Sequence(_) => "a list".to_string(),
+        Value::Mapping(_) => "a mapping".to_string(),
+        Value::Tagged(t) => format!("a value tagged {}", t.tag),
+    }
 }
 
 #[cfg(test)]
