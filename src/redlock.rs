@@ -199,7 +199,7 @@ impl RedlockClient {
     }
 
     fn validity(&self) -> Duration {
-        self.spec.lease_duration.saturating_sub(self.spec.drift())
+        self.spec.validity()
     }
 }
 

@@ -60,7 +60,7 @@ impl LeaseClient {
         let acquired_at = SystemTime::now();
         match parse_acquire(reply)? {
             AcquireReply::Granted(fence, pending) => {
-                let validity = self.spec.lease_duration.saturating_sub(self.spec.drift());
+                let validity = self.spec.validity();
                 let term = Term {
                     token,
                     fence,

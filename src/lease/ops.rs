@@ -79,10 +79,7 @@ impl Lease for LeaseClient {
                 "the renew does not count (the validity was not extended)",
             ));
         }
-        let validity = self.spec.lease_duration.saturating_sub(self.spec.drift());
-        term.last_sent = sent;
-        term.valid_until = sent + validity;
-        term.valid_until_wall = sent_wall + validity;
+        term.renewed(sent, sent_wall, self.spec.validity());
         Ok(())
     }
 

@@ -68,6 +68,11 @@ impl LeaseSpec {
     pub fn drift(&self) -> Duration {
         drift(self.lease_duration)
     }
+
+    /// How long a grant or renew counts from when it was sent: the lease less the drift.
+    pub(crate) fn validity(&self) -> Duration {
+        self.lease_duration.saturating_sub(self.drift())
+    }
 }
 
 /// `lease_duration * 0.01 + 2ms`: how much earlier than Redis a client must consider the
@@ -123,6 +128,13 @@ pub struct Term {
 }
 
 impl Term {
+    /// Takes in a renew sent at `sent` (`sent_wall` on the wall clock) that counted.
+    pub(crate) fn renewed(&mut self, sent: Instant, sent_wall: SystemTime, validity: Duration) {
+        self.last_sent = sent;
+        self.valid_until = sent + validity;
+        self.valid_until_wall = sent_wall + validity;
+    }
+
     /// True while the lease is certainly still ours.
     pub fn is_valid(&self) -> bool {
         Instant::now() < self.valid_until

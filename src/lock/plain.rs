@@ -175,7 +175,7 @@ impl Lease for PlainLease {
             let left = until.saturating_duration_since(Instant::now());
             return Ok(Acquire::Denied(self.observe(left).await?));
         }
-        let validity = self.spec.lease_duration.saturating_sub(self.spec.drift());
+        let validity = self.spec.validity();
         Ok(Acquire::Acquired(Term {
             token: value,
             fence: 0,
@@ -196,10 +196,7 @@ impl Lease for PlainLease {
                 return Err(LeaseError::Lost);
             }
         }
-        let validity = self.spec.lease_duration.saturating_sub(self.spec.drift());
-        term.last_sent = sent;
-        term.valid_until = sent + validity;
-        term.valid_until_wall = sent_wall + validity;
+        term.renewed(sent, sent_wall, self.spec.validity());
         Ok(())
     }
 
