@@ -32,18 +32,6 @@ fn opts(redis: &RedisServer, name: &str, identity: &str, priority: u32, port: u1
     o
 }
 
-/// The identities `status --json` lists, in its order, when it answers.
-fn listed(d: &Daemon) -> Option<(Value, Vec<String>)> {
-    let out = d.cli(&["status", "--json"]);
-    let doc: Value = serde_json::from_str(out.stdout.trim()).ok()?;
-    let ids = doc["candidates"]
-        .as_array()?
-        .iter()
-        .map(|c| c["identity"].as_str().unwrap_or("").to_string())
-        .collect();
-    Some((doc, ids))
-}
-
 #[test]
 fn replicas_register_are_listed_and_leave() {
     let redis = RedisServer::start();
@@ -54,7 +42,9 @@ fn replicas_register_are_listed_and_leave() {
         .map(|&(id, p, port)| Daemon::spawn(&opts(&redis, name, id, p, port)))
         .collect();
     let (doc, ids) = wait_until(BOUND, POLL, || {
-        listed(&ds[0]).filter(|(doc, ids)| ids.len() == 3 && doc["holder"].is_string())
+        ds[0]
+            .listed()
+            .filter(|(doc, ids)| ids.len() == 3 && doc["holder"].is_string())
     })
     .expect("three candidates listed");
     // The leader first, then priority (highest first), then identity.
@@ -140,7 +130,8 @@ fn replicas_register_are_listed_and_leave() {
     ds[victim].kill();
     let killed = Instant::now();
     let gone = wait_until(BOUND, POLL, || {
-        listed(&ds[(victim + 1) % 3])
+        ds[(victim + 1) % 3]
+            .listed()
             .filter(|(_, ids)| !ids.contains(&victim_id))
             .map(|_| killed.elapsed())
     })

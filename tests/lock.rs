@@ -8,11 +8,9 @@ use std::time::Duration;
 
 use leaderd::{Lease, LeaseClient, LeaseError, LeaseSpec};
 use leaderd::{LeaseGuard, Locker, LossReason, WatchdogConfig};
+use support::locks::{bounded, keys, lock_now, BOUND};
 use support::{wait_until, Proxy, RedisServer};
-use tokio::time::{timeout, Instant};
-
-/// Upper bound for any single await in these tests (they never hang).
-const BOUND: Duration = Duration::from_secs(15);
+use tokio::time::Instant;
 
 fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
     let mut s = LeaseSpec::new(name, holder, lease);
@@ -28,28 +26,7 @@ fn locker(url: &str, name: &str, holder: &str, lease: Duration) -> Locker<LeaseC
 /// Pretend the election already exists (the fencing counter is there), so that the first
 /// lock is not quarantined for a lease duration.
 fn seed_fence(redis: &RedisServer, name: &str) {
-    let key = LeaseSpec::new(name, "x", Duration::from_secs(1))
-        .keys()
-        .fence;
-    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
-}
-
-fn lock_key(name: &str) -> String {
-    LeaseSpec::new(name, "x", Duration::from_secs(1))
-        .keys()
-        .lock
-}
-
-async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    timeout(BOUND, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within {BOUND:?}"))
-}
-
-async fn lock_now(l: &Locker<LeaseClient>) -> LeaseGuard<LeaseClient> {
-    bounded("lock", l.lock(Instant::now() + Duration::from_secs(5)))
-        .await
-        .expect("lock")
+    assert_eq!(redis.cmd(&["SET", &keys(name).fence, "1000"]), "OK");
 }
 
 /// Not lost yet (without waiting).
@@ -64,7 +41,7 @@ fn not_lost(g: &LeaseGuard<LeaseClient>) -> bool {
 async fn reentrant_lock_counts_holds_and_excludes_others() {
     let redis = RedisServer::start();
     seed_fence(&redis, "reentrant");
-    let key = lock_key("reentrant");
+    let key = keys("reentrant").lock;
     let a = locker(&redis.url(), "reentrant", "a", Duration::from_secs(5));
     let b = locker(&redis.url(), "reentrant", "b", Duration::from_secs(5));
 
@@ -123,7 +100,7 @@ async fn reentrant_lock_counts_holds_and_excludes_others() {
 async fn waiting_lock_takes_over_on_release_and_drop_releases() {
     let redis = RedisServer::start();
     seed_fence(&redis, "handover");
-    let key = lock_key("handover");
+    let key = keys("handover").lock;
     let a = locker(&redis.url(), "handover", "a", Duration::from_secs(10));
     let b = locker(&redis.url(), "handover", "b", Duration::from_secs(10));
 
@@ -167,7 +144,7 @@ async fn waiting_lock_takes_over_on_release_and_drop_releases() {
 async fn watchdog_keeps_the_lease_past_several_ttls() {
     let redis = RedisServer::start();
     seed_fence(&redis, "watchdog");
-    let key = lock_key("watchdog");
+    let key = keys("watchdog").lock;
     let lease = Duration::from_secs(1);
     let a = locker(&redis.url(), "watchdog", "a", lease);
     let b = locker(&redis.url(), "watchdog", "b", lease);
@@ -202,7 +179,7 @@ async fn watchdog_keeps_the_lease_past_several_ttls() {
 async fn watchdog_reports_a_deleted_key_as_lost() {
     let redis = RedisServer::start();
     seed_fence(&redis, "deleted");
-    let key = lock_key("deleted");
+    let key = keys("deleted").lock;
     let a = locker(&redis.url(), "deleted", "a", Duration::from_secs(1));
 
     let mut g = lock_now(&a).await;
@@ -326,9 +303,7 @@ async fn published_during<F: std::future::Future>(
 async fn a_locks_grant_is_not_announced_and_its_release_is() {
     let redis = RedisServer::start();
     seed_fence(&redis, "quiet");
-    let channel = LeaseSpec::new("quiet", "x", Duration::from_secs(1))
-        .keys()
-        .released;
+    let channel = keys("quiet").released;
     let a = locker(&redis.url(), "quiet", "a", Duration::from_secs(5));
     let lock = published_during(&redis, &channel, async {
         let g = lock_now(&a).await;

@@ -9,35 +9,15 @@ mod support;
 use std::time::Duration;
 
 use leaderd::{LeaseClient, LeaseError, LeaseSpec, Observed};
-use leaderd::{LeaseGuard, Locker, LossReason, PlainLease};
+use leaderd::{Locker, LossReason, PlainLease};
+use support::locks::{bounded, keys, lock_now};
 use support::RedisServer;
-use tokio::time::{timeout, Instant};
-
-/// Upper bound for any single await in these tests (they never hang).
-const BOUND: Duration = Duration::from_secs(15);
+use tokio::time::Instant;
 
 fn locker(redis: &RedisServer, name: &str, holder: &str, lease: Duration) -> Locker<PlainLease> {
     let mut spec = LeaseSpec::new(name, holder, lease);
     spec.command_timeout = Duration::from_millis(300);
     Locker::plain(LeaseClient::connect(&redis.url(), spec).expect("valid url"))
-}
-
-fn key(name: &str) -> String {
-    LeaseSpec::new(name, "x", Duration::from_secs(1))
-        .keys()
-        .lock
-}
-
-async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    timeout(BOUND, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within {BOUND:?}"))
-}
-
-async fn lock_now(l: &Locker<PlainLease>) -> LeaseGuard<PlainLease> {
-    bounded("lock", l.lock(Instant::now() + Duration::from_secs(5)))
-        .await
-        .expect("lock")
 }
 
 /// Successful calls of one command (`calls - failed_calls` of `INFO commandstats`; 0 when
@@ -66,7 +46,7 @@ async fn excludes_and_reenters(server: &str) {
     let g2 = bounded("reenter", a.try_lock()).await.expect("reenter");
     assert_eq!(a.hold_count().await, 2);
     assert_eq!((g1.fence(), g2.fence()), (0, 0));
-    assert_eq!(redis.cmd(&["TYPE", &key("plain-x")]), "string");
+    assert_eq!(redis.cmd(&["TYPE", &keys("plain-x").lock]), "string");
     match bounded("try_lock", b.try_lock()).await {
         Err(LeaseError::Held(Observed::Held(h))) => {
             assert_eq!(h.holder, "a");
@@ -93,7 +73,7 @@ async fn excludes_and_reenters(server: &str) {
         .expect("b takes over");
     assert!(gb.is_valid());
     assert_eq!(bounded("release", gb.release()).await, Ok(true));
-    assert_eq!(redis.cmd(&["EXISTS", &key("plain-x")]), "0");
+    assert_eq!(redis.cmd(&["EXISTS", &keys("plain-x").lock]), "0");
 }
 
 /// The watchdog renews a 600 ms lock for 2 s, with the server's native compare-and-set where
@@ -106,7 +86,10 @@ async fn renews_with_the_servers_commands(server: &str) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(g.is_valid(), "the watchdog did not keep the lock");
     assert!(g.loss_watch().borrow().is_none());
-    let pttl: i64 = redis.cmd(&["PTTL", &key("plain-renew")]).parse().unwrap();
+    let pttl: i64 = redis
+        .cmd(&["PTTL", &keys("plain-renew").lock])
+        .parse()
+        .unwrap();
     assert!(pttl > 0 && pttl <= 600, "PTTL {pttl}");
     assert_eq!(bounded("release", g.release()).await, Ok(true));
     let (set, evalsha, get, pexpire, del) = (
@@ -146,7 +129,7 @@ async fn renews_with_the_servers_commands(server: &str) {
 /// and an overwritten key is left alone by the old holder's release.
 async fn reports_loss_and_releases_only_its_own(server: &str) {
     let redis = RedisServer::start_on(server);
-    let k = key("plain-lost");
+    let k = keys("plain-lost").lock;
     let a = locker(&redis, "plain-lost", "a", Duration::from_millis(900));
 
     let mut g = lock_now(&a).await;

@@ -81,16 +81,6 @@ fn poison(redis: &RedisServer, name: &str) {
     batched(redis, "ZADD", &key(name, "candidates:seen"), &index);
 }
 
-fn listed(d: &Daemon) -> Option<(Value, Vec<String>)> {
-    let doc: Value = serde_json::from_str(d.cli(&["status", "--json"]).stdout.trim()).ok()?;
-    let ids = doc["candidates"]
-        .as_array()?
-        .iter()
-        .map(|c| c["identity"].as_str().unwrap_or("").to_string())
-        .collect();
-    Some((doc, ids))
-}
-
 /// `usec_per_call` of EVALSHA since the last `CONFIG RESETSTAT`.
 fn evalsha_usec(redis: &RedisServer) -> (u64, f64) {
     let stats = redis.cmd(&["INFO", "commandstats"]);
@@ -125,7 +115,8 @@ fn junk_costs_a_heartbeat_under_a_millisecond_is_cleaned_and_never_leads() {
     let a = Daemon::spawn(&opts(&redis, name, "a"));
     let b = Daemon::spawn(&opts(&redis, name, "b"));
     let (doc, ids) = wait_until(BOUND, POLL, || {
-        listed(&b).filter(|(doc, ids)| doc["holder"].is_string() && ids.len() >= 2)
+        b.listed()
+            .filter(|(doc, ids)| doc["holder"].is_string() && ids.len() >= 2)
     })
     .expect("the leader and the follower listed");
     let shown = &ids[..ids.len().min(5)];

@@ -86,6 +86,19 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// `status --json` through this replica's config, with the identities it lists as
+    /// candidates, in its order; `None` when it does not answer a document.
+    pub fn listed(&self) -> Option<(Value, Vec<String>)> {
+        let out = self.cli(&["status", "--json"]);
+        let doc: Value = serde_json::from_str(out.stdout.trim()).ok()?;
+        let ids = doc["candidates"]
+            .as_array()?
+            .iter()
+            .map(|c| c["identity"].as_str().unwrap_or("").to_string())
+            .collect();
+        Some((doc, ids))
+    }
+
     pub fn spawn(opts: &DaemonOpts) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("leaderd-daemon-")

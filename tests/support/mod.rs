@@ -2,6 +2,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod daemon;
+pub mod locks;
 pub mod monitor;
 pub mod prometheus;
 pub mod proxy;

@@ -170,16 +170,20 @@ pub struct Series {
     pub values: Vec<(f64, f64)>,
 }
 
+/// A JSON object of label names to values, as the HTTP API writes labels.
+fn labels_of(v: &Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl Series {
     fn of(v: &Value) -> Series {
-        let labels = v["metric"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let labels = labels_of(&v["metric"]);
         let values = v["values"]
             .as_array()
             .map(|vs| vs.iter().filter_map(sample).collect())
@@ -219,14 +223,7 @@ pub struct Alert {
 
 impl Alert {
     fn of(v: &Value) -> Alert {
-        let labels = v["labels"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let labels = labels_of(&v["labels"]);
         Alert {
             labels,
             state: v["state"].as_str().unwrap_or_default().to_owned(),
