@@ -11,17 +11,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lease::{jittered, Acquire, Holder, Lease, LeaseError, Observed, Roster, Term};
 use crate::lease::{HandoverRequest, Reservation};
-use crate::state::TermView;
 
 mod began;
 mod events;
 mod handover;
+mod view;
 pub use began::Began;
 use began::Origin;
 pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
 #[cfg(feature = "daemon")]
 pub(crate) use handover::target as handover_target;
 use handover::Successor;
+pub use view::TermView;
 
 /// The work done only while leading (exec mode); [`NoWork`] when there is none.
 pub trait LeaderWork: Send {

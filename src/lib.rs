@@ -22,12 +22,9 @@
 //! server's `maxmemory-policy` can evict, [`EvictionPolicy`]), `server_info` (a server's name,
 //! version and native commands), `backend` ([`Backend`]).
 //!
-//! Daemon (cargo feature `daemon`, on by default): `config`, `daemon` (wiring around one
-//! state channel), `exec` and `keeper` (the command run only while leading), `health`,
-//! `metrics`, `http`, `publish` (the leader file), `priority` (a lower CPU priority for
-//! threads whose work can wait), `shutdown`, `logging`, `escape` (text kept on one line),
-//! `cli`, `hooks` (commands run when leadership changes), `proxy` (the leader-aware TCP
-//! proxy).
+//! Daemon (cargo feature `daemon`, on by default): `daemon`, the wing that `leaderd run` and
+//! the other commands add above the library (config, cli, outputs, exec and keeper, hooks,
+//! proxy); its own module comment maps it. The library never imports from it.
 //!
 //! # A lock
 //!
@@ -102,41 +99,15 @@ mod lease;
 mod lock;
 mod redlock;
 mod server_info;
-pub mod state;
 
 #[cfg(feature = "daemon")]
-mod cli;
+#[doc(hidden)]
+pub mod daemon;
 #[cfg(feature = "daemon")]
-mod config;
-#[cfg(feature = "daemon")]
-mod daemon;
-#[cfg(feature = "daemon")]
-mod escape;
-#[cfg(feature = "daemon")]
-mod exec;
-#[cfg(feature = "daemon")]
-mod health;
-#[cfg(feature = "daemon")]
-mod hooks;
+pub use daemon::state;
 #[cfg(feature = "daemon")]
 #[doc(hidden)]
-pub mod http;
-#[cfg(feature = "daemon")]
-mod keeper;
-#[cfg(feature = "daemon")]
-mod logging;
-#[cfg(feature = "daemon")]
-#[doc(hidden)]
-pub mod metrics;
-#[cfg(feature = "daemon")]
-mod priority;
-#[cfg(feature = "daemon")]
-mod proxy;
-#[cfg(feature = "daemon")]
-#[doc(hidden)]
-pub mod publish;
-#[cfg(feature = "daemon")]
-mod shutdown;
+pub use daemon::{http, metrics, publish};
 
 pub use backend::Backend;
 pub use conn::{FailureKind, RedisFailure};
@@ -154,4 +125,4 @@ pub use redlock::RedlockClient;
 /// The `leaderd` command line (the binary's `main`).
 #[cfg(feature = "daemon")]
 #[doc(hidden)]
-pub use cli::main as cli_main;
+pub use daemon::cli::main as cli_main;

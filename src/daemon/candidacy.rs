@@ -10,10 +10,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::report::Reporter;
+use crate::daemon::metrics::Metrics;
+use crate::daemon::state::{Phase, Snapshot};
 use crate::election::ElectionEvents;
 use crate::lease::{unix_ms, Candidate, Heartbeat, Lease, Registration, Roster};
-use crate::metrics::Metrics;
-use crate::state::{Phase, Snapshot};
 
 /// What this replica says about itself besides its state.
 pub(crate) struct Profile {
@@ -223,7 +223,7 @@ pub(crate) fn listed(roster: &Roster, leader: Option<&str>) -> Vec<Listed> {
 /// One line of `leaderd status` per candidate, whatever its entry in Redis holds (control
 /// characters are escaped).
 pub(crate) fn line(c: &Listed) -> String {
-    let shown = crate::escape::escape_text;
+    let shown = crate::daemon::escape::escape_text;
     format!(
         "  {} {} {} priority {} {} {} seen {} ms ago",
         shown(&c.identity),

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::daemon::metrics::Metrics;
 use crate::EvictionPolicy;
 
 /// Follows every server's policy until `stop`: a WARN line at every read of a policy other

@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::daemon::metrics::Metrics;
+use crate::daemon::state::{Phase, Progress, Snapshot, TermView};
 use crate::election::{AcquireResult, Began, ElectionEvents, RenewResult, StepDown};
 use crate::lease::{unix_ms, LeaseError, Observed, Term};
-use crate::metrics::Metrics;
-use crate::state::{Phase, Progress, Snapshot, TermView};
 
 fn now_ms() -> u64 {
     unix_ms(SystemTime::now())
@@ -64,8 +64,8 @@ pub(crate) struct Reporter {
 /// this replica's advertised address.
 #[derive(Clone, Default)]
 pub(crate) struct Outputs {
-    pub hooks: Option<crate::hooks::HookSink>,
-    pub proxy: Option<crate::proxy::LocalGate>,
+    pub hooks: Option<crate::daemon::hooks::HookSink>,
+    pub proxy: Option<crate::daemon::proxy::LocalGate>,
     pub advertise: Option<String>,
 }
 
@@ -94,7 +94,7 @@ impl Reporter {
         self
     }
 
-    fn hook(&self, event: crate::hooks::HookEvent) {
+    fn hook(&self, event: crate::daemon::hooks::HookEvent) {
         if let Some(hooks) = &self.outputs.hooks {
             hooks.push(event);
         }
@@ -125,7 +125,7 @@ impl Reporter {
                 "leader is {}",
                 leader.as_deref().unwrap_or("nobody")
             );
-            self.hook(crate::hooks::HookEvent::leader_changed(
+            self.hook(crate::daemon::hooks::HookEvent::leader_changed(
                 leader.clone(),
                 fence,
             ));
@@ -273,7 +273,7 @@ impl ElectionEvents for Reporter {
             "acquired leadership (fence {})",
             term.fence
         );
-        self.hook(crate::hooks::HookEvent::acquired(
+        self.hook(crate::daemon::hooks::HookEvent::acquired(
             &self.identity,
             term.fence,
             unix_ms(term.valid_until_wall),
@@ -329,7 +329,7 @@ impl ElectionEvents for Reporter {
         if let Some(gate) = &self.outputs.proxy {
             gate.end_term(term.fence).await;
         }
-        self.hook(crate::hooks::HookEvent::stepped_down(
+        self.hook(crate::daemon::hooks::HookEvent::stepped_down(
             term.fence,
             reason.as_str(),
         ));

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::*;
+use crate::daemon::state::{Phase, Snapshot};
 use crate::lease::{Announcement, Candidate, LeaseSpec, Observed, ReleaseWatch};
-use crate::state::{Phase, Snapshot};
 
 fn drift(lease: Duration) -> Duration {
     LeaseSpec::new("x", "me", lease).drift()

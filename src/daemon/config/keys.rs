@@ -1,0 +1,217 @@
+//! The known keys of `config.yaml`, and the nearest-key suggestion for unknown ones.
+
+use std::sync::OnceLock;
+
+use super::yaml::{self, Value};
+
+/// Keys printed by `check-config` that the file cannot set.
+const PRINTED_ONLY: &[&str] = &["redis.password"];
+
+/// Every mapping of the file (by dotted path, "" for the top level) and the keys it allows,
+/// in the order the config structs declare them.
+fn schema() -> &'static [(String, Vec<String>)] {
+    static SCHEMA: OnceLock<Vec<(String, Vec<String>)>> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let mut out = Vec::new();
+        let shape = yaml::to_value(&super::Config::shape()).unwrap_or_default();
+        walk("", &shape, &mut out);
+        out
+    })
+}
+
+fn walk(path: &str, value: &Value, out: &mut Vec<(String, Vec<String>)>) {
+    let Value::Mapping(map) = value else { return };
+    let at = out.len();
+    out.push((path.to_string(), Vec::new()));
+    for (key, child) in map {
+        let Some(key) = key.as_str() else { continue };
+        let full = join(path, key);
+        if !PRINTED_ONLY.contains(&full.as_str()) {
+            out[at].1.push(key.to_string());
+            walk(&full, child, out);
+        }
+    }
+}
+
+/// The keys allowed in the mapping at `path` (empty for a path that is not a mapping).
+pub(super) fn known_keys(path: &str) -> &'static [String] {
+    schema()
+        .iter()
+        .find(|(p, _)| p == path)
+        .map_or(&[], |(_, keys)| keys)
+}
+
+/// `path` and `key` joined with a dot (just `key` at the top level).
+pub(super) fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The problem line for an unknown `key` found in the mapping at `path` (one line, whatever
+/// characters the key holds).
+pub(super) fn unknown_key_message(path: &str, key: &str) -> String {
+    let full = crate::daemon::escape::escape_text(&join(path, key));
+    match suggest(path, key) {
+        Some(near) => format!("{full}: unknown key (did you mean {near}?)"),
+        None => format!(
+            "{full}: unknown key (allowed here: {})",
+            known_keys(path).join(", ")
+        ),
+    }
+}
+
+/// The known dotted key nearest to `key` written under `path`: a sibling within a small
+/// edit distance first, else the same or a close name in another section (so a top-level
+/// `lease_duration` suggests `election.lease_duration`), else a sibling that `key` begins
+/// (`redis.password` suggests `redis.password_file`).
+fn suggest(path: &str, key: &str) -> Option<String> {
+    let key = key.to_ascii_lowercase();
+    let length = key.chars().count();
+    let limit = (length / 4).clamp(1, 3);
+    if length > MAX_COMPARED {
+        return None;
+    }
+    let mut best: Option<(usize, bool, String)> = None;
+    for (section, keys) in schema() {
+        for known in keys {
+            let distance = edit_distance(&key, known);
+            let elsewhere = section != path;
+            let candidate = (distance, elsewhere, join(section, known));
+            if distance <= limit
+                && best
+                    .as_ref()
+                    .is_none_or(|b| (b.0, b.1) > (distance, elsewhere))
+            {
+                best = Some(candidate);
+            }
+        }
+    }
+    let longer = || {
+        let known = known_keys(path);
+        let found = known.iter().find(|k| length >= 4 && k.starts_with(&key))?;
+        Some(join(path, found))
+    };
+    best.map(|(_, _, full)| full).or_else(longer)
+}
+
+/// Keys longer than this are not compared (no known key is within reach of them).
+const MAX_COMPARED: usize = 64;
+
+/// The edit distance between `a` and `b` counting insertions, deletions, substitutions and
+/// swaps of two neighbours (optimal string alignment: `fromat` is 1 from `format`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut before: Vec<usize> = Vec::new();
+    let mut above: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (above[j] + 1).min(row[j - 1] + 1).min(above[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(before[j - 2] + 1);
+            }
+            row[j] = d;
+        }
+        before = std::mem::replace(&mut above, row);
+    }
+    above[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distance() {
+        assert_eq!(edit_distance("", ""), 0);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("lease_duraton", "lease_duration"), 1);
+        assert_eq!(edit_distance("abc", ""), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("fromat", "format"), 1);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+        assert_eq!(edit_distance("ca", "abc"), 3);
+    }
+
+    /// A swap of two letters is one edit, and a sibling the key begins is named.
+    #[test]
+    fn suggests_for_swapped_letters_and_a_missing_ending() {
+        assert_eq!(
+            unknown_key_message("logging", "fromat"),
+            "logging.fromat: unknown key (did you mean logging.format?)"
+        );
+        assert_eq!(
+            suggest("election", "lease_durtaion").as_deref(),
+            Some("election.lease_duration")
+        );
+        assert_eq!(
+            suggest("redis", "password").as_deref(),
+            Some("redis.password_file")
+        );
+        assert_eq!(suggest("redis", "pa"), None);
+        assert_eq!(suggest("logging", &"x".repeat(100_000)), None);
+    }
+
+    #[test]
+    fn suggests_siblings_first_then_other_sections() {
+        assert_eq!(
+            unknown_key_message("election", "lease_duraton"),
+            "election.lease_duraton: unknown key (did you mean election.lease_duration?)"
+        );
+        assert_eq!(
+            suggest("", "lease_duration").as_deref(),
+            Some("election.lease_duration")
+        );
+        assert_eq!(suggest("redis", "Mode").as_deref(), Some("redis.mode"));
+        // `command` exists under exec and health_check: the sibling wins.
+        assert_eq!(suggest("exec", "comand").as_deref(), Some("exec.command"));
+        assert_eq!(
+            suggest("election.health_check", "comand").as_deref(),
+            Some("election.health_check.command")
+        );
+        assert_eq!(suggest("", "elction").as_deref(), Some("election"));
+    }
+
+    #[test]
+    fn an_unknown_key_with_control_characters_stays_one_line() {
+        assert_eq!(
+            unknown_key_message("redis", "url\nfake: line"),
+            "redis.url\\u{a}fake: line: unknown key (allowed here: mode, url, urls, sentinels, \
+             master_name, username, password_file, key_prefix, connect_timeout, \
+             command_timeout, min_replicas_ack, tls)"
+        );
+    }
+
+    /// The schema is the structs' printed keys, optional sections included, less the
+    /// password (set only through the environment or `password_file`).
+    #[test]
+    fn the_schema_is_the_printed_keys_less_the_password() {
+        let top = [
+            "name", "identity", "redis", "election", "publish", "exec", "logging",
+        ];
+        assert_eq!(known_keys("")[..7], top);
+        assert_eq!(
+            known_keys("redis.tls"),
+            ["ca_file", "cert_file", "key_file"]
+        );
+        let check = ["http_get", "command", "period", "timeout", "failures"];
+        assert_eq!(known_keys("election.health_check"), check);
+        assert!(!known_keys("redis").contains(&"password".to_string()));
+        assert!(known_keys("redis").contains(&"password_file".to_string()));
+        assert_eq!(known_keys("proxy")[4], "idle_timeout");
+        assert!(known_keys("redis.url").is_empty());
+    }
+
+    #[test]
+    fn lists_the_allowed_keys_when_nothing_is_close() {
+        let msg = unknown_key_message("logging", "zzzzzzzz");
+        assert_eq!(
+            msg,
+            "logging.zzzzzzzz: unknown key (allowed here: format, level)"
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! The leadership state the elector publishes on a `watch` channel, and the status document
+//! every output derives from it, checked against the lease validity when it is produced.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+pub use crate::election::TermView;
+
+/// Where the replica is in the election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "daemon", derive(serde::Serialize))]
+#[cfg_attr(feature = "daemon", serde(rename_all = "snake_case"))]
+pub enum Phase {
+    /// No attempt has finished yet.
+    Starting,
+    /// Another replica leads, or nobody does.
+    Follower,
+    /// This replica holds a term (valid only until its `valid_until`).
+    Leader,
+    /// The term has ended and the replica is stopping its work and releasing.
+    SteppingDown,
+    /// The daemon has shut down.
+    Stopped,
+}
+
+/// What the elector knows, sent on the state channel at every change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Where the replica is in the election.
+    pub phase: Phase,
+    /// The leader as last observed (this replica's identity while it leads).
+    pub leader: Option<String>,
+    /// The observed leader's fencing token (this term's while leading).
+    pub fence: Option<u64>,
+    /// This replica's term while it leads.
+    pub term: Option<TermView>,
+    /// When this was observed.
+    pub observed_at: SystemTime,
+    /// Whether the local service passes its health check (always true without one).
+    pub healthy: bool,
+    /// The leader's advertised address (`LeaseSpec::address`) as last observed; this
+    /// replica's own while it leads.
+    pub leader_address: Option<String>,
+    /// This replica's `election.priority` (published in the status document).
+    pub priority: u32,
+    /// Sitting out (after a yield or a lost term): it does not contend, so it is nobody's
+    /// successor meanwhile.
+    pub sitting_out: bool,
+}
+
+impl Snapshot {
+    /// The state before the first attempt.
+    pub fn starting(healthy: bool) -> Self {
+        Snapshot {
+            phase: Phase::Starting,
+            leader: None,
+            fence: None,
+            term: None,
+            observed_at: SystemTime::now(),
+            healthy,
+            leader_address: None,
+            priority: 0,
+            sitting_out: false,
+        }
+    }
+
+    /// Moves to `phase`, keeping the fields a phase carries consistent (a term only while
+    /// leading) and stamping `observed_at`.
+    pub fn set_phase(&mut self, phase: Phase) {
+        self.phase = phase;
+        self.observed_at = SystemTime::now();
+        if phase != Phase::Leader {
+            self.term = None;
+        }
+    }
+
+    /// The term this replica may claim at `now`: its own term, only while still valid.
+    pub fn valid_term(&self, now: Instant) -> Option<&TermView> {
+        match (&self.phase, &self.term) {
+            (Phase::Leader, Some(term)) if now < term.valid_until => Some(term),
+            _ => None,
+        }
+    }
+
+    /// True when this replica may claim leadership at `now`.
+    pub fn is_leader_at(&self, now: Instant) -> bool {
+        self.valid_term(now).is_some()
+    }
+}
+
+/// When the election loop last finished an attempt, successful or not, for `/healthz`.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    origin: Instant,
+    last_ms: Arc<AtomicU64>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Progress {
+    /// Progress counted from now.
+    pub fn new() -> Self {
+        Progress {
+            origin: Instant::now(),
+            last_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Records that an attempt has just finished.
+    pub fn touch(&self) {
+        let ms = self.origin.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the last finished attempt (or since start).
+    pub fn since_last(&self) -> Duration {
+        let last = self.origin + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        Instant::now().saturating_duration_since(last)
+    }
+}
+
+#[cfg(feature = "daemon")]
+mod document;
+#[cfg(feature = "daemon")]
+pub use document::{rfc3339, StatusDoc};

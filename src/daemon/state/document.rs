@@ -1,0 +1,119 @@
+//! The status document (docs/outputs.md#the-status-document: the leader file and `GET /leader`),
+//! derived from a [`Snapshot`] and checked against the lease validity when it is produced.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::{Phase, Snapshot};
+use crate::lease::unix_ms;
+
+impl Snapshot {
+    /// The status document as of `now`: a leader whose validity has passed is reported as
+    /// `stepping_down`, never as leader, even if the elector has not caught up yet.
+    pub fn document(&self, name: &str, identity: &str, now: Instant) -> StatusDoc {
+        let valid = self.valid_term(now);
+        let expired_claim = self.phase == Phase::Leader && valid.is_none();
+        let (state, leader, fence, leader_address) = if expired_claim {
+            (Phase::SteppingDown, None, None, None)
+        } else {
+            let address = self.leader.as_ref().and(self.leader_address.clone());
+            (self.phase, self.leader.clone(), self.fence, address)
+        };
+        StatusDoc {
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            state,
+            is_leader: valid.is_some(),
+            leader,
+            fence: valid.map(|t| t.fence).or(fence),
+            acquired_at: valid.map(|t| rfc3339(t.acquired_at)),
+            acquired_at_ms: valid.map(|t| unix_ms(t.acquired_at)),
+            lease_valid_until: valid.map(|t| rfc3339(t.valid_until_wall)),
+            lease_valid_until_ms: valid.map(|t| unix_ms(t.valid_until_wall)),
+            observed_at: rfc3339(self.observed_at),
+            observed_at_ms: unix_ms(self.observed_at),
+            healthy: self.healthy,
+            leader_address,
+            priority: self.priority,
+        }
+    }
+}
+
+/// The status document (docs/outputs.md#the-status-document): the leader file and `GET /leader`;
+/// its fields are the document's keys.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[allow(missing_docs)]
+pub struct StatusDoc {
+    pub name: String,
+    pub identity: String,
+    pub state: Phase,
+    pub is_leader: bool,
+    pub leader: Option<String>,
+    pub fence: Option<u64>,
+    pub acquired_at: Option<String>,
+    pub acquired_at_ms: Option<u64>,
+    pub lease_valid_until: Option<String>,
+    pub lease_valid_until_ms: Option<u64>,
+    pub observed_at: String,
+    pub observed_at_ms: u64,
+    pub healthy: bool,
+    pub leader_address: Option<String>,
+    pub priority: u32,
+}
+
+/// UTC, RFC 3339 with milliseconds.
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::state::{Phase, Snapshot, TermView};
+    use std::time::Duration;
+
+    fn leader(valid_for: Duration) -> Snapshot {
+        let now = SystemTime::now();
+        Snapshot {
+            phase: Phase::Leader,
+            leader: Some("a".into()),
+            fence: Some(7),
+            term: Some(TermView {
+                fence: 7,
+                acquired_at: now,
+                valid_until: Instant::now() + valid_for,
+                valid_until_wall: now + valid_for,
+            }),
+            observed_at: now,
+            healthy: true,
+            leader_address: None,
+            priority: 0,
+            sitting_out: false,
+        }
+    }
+
+    #[test]
+    fn a_valid_leader_claims_with_its_term() {
+        let doc = leader(Duration::from_secs(5)).document("n", "a", Instant::now());
+        assert!(doc.is_leader);
+        assert_eq!(doc.state, Phase::Leader);
+        assert_eq!(doc.fence, Some(7));
+        assert!(doc.lease_valid_until_ms.is_some());
+        let json = serde_json::to_value(&doc).unwrap();
+        assert_eq!(json["state"], "leader");
+        assert!(json["acquired_at"].as_str().unwrap().ends_with('Z'));
+    }
+
+    #[test]
+    fn an_expired_claim_is_never_published_as_leader() {
+        let snap = leader(Duration::from_millis(10));
+        let doc = snap.document("n", "a", Instant::now() + Duration::from_millis(11));
+        assert!(!doc.is_leader);
+        assert_eq!(doc.state, Phase::SteppingDown);
+        assert_eq!(doc.leader, None);
+        assert_eq!(doc.acquired_at_ms, None);
+        assert_eq!(doc.lease_valid_until_ms, None);
+    }
+}
