@@ -243,6 +243,7 @@ impl ChaosWorld for World {
 fn the_timeline_draws_terms_and_faults() {
     let terms = vec![Term {
         replica: "r1".into(),
+        shard: None,
         fence: 7,
         acquired_at_ms: 1_000,
         last_valid_until_ms: 3_000,
@@ -279,6 +280,7 @@ fn child_lines_outside_their_term_are_violations() {
     let terms = vec![
         Term {
             replica: "r0".into(),
+            shard: None,
             fence: 5,
             acquired_at_ms: 100,
             last_valid_until_ms: 400,
@@ -286,6 +288,7 @@ fn child_lines_outside_their_term_are_violations() {
         },
         Term {
             replica: "r1".into(),
+            shard: None,
             fence: 6,
             acquired_at_ms: 350,
             last_valid_until_ms: 900,

@@ -80,3 +80,50 @@ fn a_renewed_line_makes_a_late_acquire_a_term_again() {
     assert!(check_logs(&logs).is_err());
     assert!(never_valid_from_logs(&logs).is_empty());
 }
+
+/// A sharded election: claims are grouped by shard. Two shards held at once by two replicas
+/// is no overlap, and one counter numbers them both; two claims of one shard at once are.
+const SHARDED: &str = r#"
+{"level":"INFO","event":"acquired","shard":0,"fence":20,"acquired_at_ms":1000,"lease_valid_until_ms":2000}
+{"level":"DEBUG","event":"renewed","shard":0,"fence":20,"lease_valid_until_ms":3000}
+{"level":"INFO","event":"stepped_down","shard":0,"fence":20,"reason":"rebalance","lease_valid_until_ms":3000,"ended_at_ms":2500}
+"#;
+
+fn sharded(other: &str) -> Vec<(String, Vec<serde_json::Value>)> {
+    [("r0", SHARDED), ("r1", other)]
+        .iter()
+        .map(|(who, text)| (who.to_string(), parse_json_lines(text)))
+        .collect()
+}
+
+#[test]
+fn shards_are_checked_each_on_its_own() {
+    // r1 holds shard 1 while r0 holds shard 0, then takes shard 0 when r0 handed it over.
+    let ok = r#"
+{"level":"INFO","event":"acquired","shard":1,"fence":21,"acquired_at_ms":1100,"lease_valid_until_ms":4000}
+{"level":"INFO","event":"acquired","shard":0,"fence":22,"acquired_at_ms":2500,"lease_valid_until_ms":4000}
+{"level":"DEBUG","event":"renewed","shard":0,"fence":22,"lease_valid_until_ms":5000}
+"#;
+    let terms = check_logs(&sharded(ok)).unwrap_or_else(|e| panic!("{e}"));
+    let shards: Vec<(Option<u64>, u64)> = terms.iter().map(|t| (t.shard, t.fence)).collect();
+    assert_eq!(shards, [(Some(0), 20), (Some(1), 21), (Some(0), 22)]);
+    assert_eq!(terms[2].last_valid_until_ms, 5000);
+
+    // The same shard 0 taken before r0's claim ended: an overlap of that shard only.
+    let early = ok.replace("\"acquired_at_ms\":2500", "\"acquired_at_ms\":2400");
+    let err = check_logs(&sharded(&early)).expect_err("shard 0 claimed twice at 2400");
+    assert!(err.contains("overlap of 100 ms"), "{err}");
+    assert!(err.contains("r0 shard 0 fence 20"), "{err}");
+    assert_eq!(err.matches("overlap of").count(), 1, "{err}");
+
+    // One counter numbers every shard's terms: a fence granted twice is a violation even
+    // across shards.
+    let reused = ok.replace("\"fence\":21", "\"fence\":20");
+    let err = check_logs(&sharded(&reused)).expect_err("fence 20 acquired twice");
+    assert!(err.contains("fence 20 acquired 2 times"), "{err}");
+
+    // A fence going back within one shard is a regression; across shards it is not.
+    let back = ok.replace("\"fence\":22", "\"fence\":19");
+    let err = check_logs(&sharded(&back)).expect_err("shard 0: fence 19 after 20");
+    assert!(err.contains("fence regression"), "{err}");
+}

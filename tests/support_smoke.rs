@@ -300,6 +300,7 @@ fn safety_clean_handover_passes() {
         vec![
             Term {
                 replica: "a".into(),
+                shard: None,
                 fence: 10,
                 acquired_at_ms: 1000,
                 last_valid_until_ms: 3580,
@@ -307,6 +308,7 @@ fn safety_clean_handover_passes() {
             },
             Term {
                 replica: "b".into(),
+                shard: None,
                 fence: 11,
                 acquired_at_ms: 3300,
                 last_valid_until_ms: 5580,
@@ -314,6 +316,7 @@ fn safety_clean_handover_passes() {
             },
             Term {
                 replica: "a".into(),
+                shard: None,
                 fence: 12,
                 acquired_at_ms: 9000,
                 last_valid_until_ms: 10980,

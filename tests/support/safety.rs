@@ -1,4 +1,4 @@
-//! Owns the shared safety checker: rebuilds leadership terms from replicas' JSON logs and checks that no two claims overlap.
+//! Owns the shared safety checker: rebuilds leadership terms from replicas' JSON logs and checks that no two claims of one lease overlap (in a sharded election, of one shard).
 
 use std::collections::HashMap;
 
@@ -8,6 +8,9 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Term {
     pub replica: String,
+    /// The shard of a sharded election's term (`"shard"` on its lines); `None` for the one
+    /// lease of an election without shards.
+    pub shard: Option<u64>,
     pub fence: u64,
     pub acquired_at_ms: u64,
     /// Max `lease_valid_until_ms` over the term's acquired / renewed / stepped_down lines.
@@ -69,7 +72,7 @@ fn build(logs: &[(String, Vec<Value>)]) -> (Vec<Term>, Vec<String>, Vec<Term>) {
     let mut terms: Vec<Term> = Vec::new();
     let mut problems = Vec::new();
     for (replica, events) in logs {
-        let mut by_fence: HashMap<u64, usize> = HashMap::new();
+        let mut by_fence: HashMap<(Option<u64>, u64), usize> = HashMap::new();
         for ev in events {
             let Some(name) = event_name(ev) else {
                 continue;
@@ -77,14 +80,16 @@ fn build(logs: &[(String, Vec<Value>)]) -> (Vec<Term>, Vec<String>, Vec<Term>) {
             if !matches!(name, "acquired" | "renewed" | "stepped_down") {
                 continue;
             }
+            let shard = field_u64(ev, "shard");
             let fence = field_u64(ev, "fence");
             let valid = field_u64(ev, "lease_valid_until_ms");
             if name == "acquired" {
                 match (fence, field_u64(ev, "acquired_at_ms")) {
                     (Some(fence), Some(at)) => {
-                        by_fence.insert(fence, terms.len());
+                        by_fence.insert((shard, fence), terms.len());
                         terms.push(Term {
                             replica: replica.clone(),
+                            shard,
                             fence,
                             acquired_at_ms: at,
                             last_valid_until_ms: valid.unwrap_or(at),
@@ -97,9 +102,9 @@ fn build(logs: &[(String, Vec<Value>)]) -> (Vec<Term>, Vec<String>, Vec<Term>) {
                 }
                 continue;
             }
-            let Some(&idx) = fence.and_then(|f| by_fence.get(&f)) else {
+            let Some(&idx) = fence.and_then(|f| by_fence.get(&(shard, f))) else {
                 problems.push(format!(
-                    "{replica}: `{name}` line with no earlier `acquired` line for its fence: {ev}"
+                    "{replica}: `{name}` line with no earlier `acquired` line for its fence (and shard): {ev}"
                 ));
                 continue;
             };
@@ -123,8 +128,9 @@ fn build(logs: &[(String, Vec<Value>)]) -> (Vec<Term>, Vec<String>, Vec<Term>) {
 }
 
 fn describe(t: &Term) -> String {
+    let shard = t.shard.map_or_else(String::new, |s| format!(" shard {s}"));
     format!(
-        "{} fence {} [acquired {} .. claim end {}; valid until {}, ended {}]",
+        "{}{shard} fence {} [acquired {} .. claim end {}; valid until {}, ended {}]",
         t.replica,
         t.fence,
         t.acquired_at_ms,
@@ -135,17 +141,25 @@ fn describe(t: &Term) -> String {
     )
 }
 
-/// Check the safety properties over all terms of one election:
-/// - no two claims overlap: every earlier term's claim ends at or before each later term's
-///   `acquired_at_ms` (every pair is checked, not only neighbours);
-/// - fences strictly increase in order of `acquired_at_ms`;
-/// - each fence belongs to exactly one `acquired` line.
+/// Check the safety properties over all terms of one election, per lease (the one lease,
+/// or each shard of a sharded election):
+/// - no two claims of one lease overlap: every earlier term's claim ends at or before each
+///   later term's `acquired_at_ms` (every pair is checked, not only neighbours);
+/// - fences strictly increase per lease in order of `acquired_at_ms`;
+/// - each fence belongs to exactly one `acquired` line in the whole election (one counter
+///   numbers the terms of every shard).
 ///
 /// The error lists every violation, one per line.
 pub fn check_no_overlap(terms: &[Term]) -> Result<(), String> {
     let mut sorted: Vec<&Term> = terms.iter().collect();
     sorted.sort_by_key(|t| (t.acquired_at_ms, t.fence));
     let mut violations = Vec::new();
+    let mut by_lease: HashMap<Option<u64>, Vec<&Term>> = HashMap::new();
+    for t in &sorted {
+        by_lease.entry(t.shard).or_default().push(t);
+    }
+    let mut leases: Vec<_> = by_lease.into_iter().collect();
+    leases.sort_by_key(|(shard, _)| *shard);
 
     let mut by_fence: HashMap<u64, Vec<&Term>> = HashMap::new();
     for t in &sorted {
@@ -162,6 +176,25 @@ pub fn check_no_overlap(terms: &[Term]) -> Result<(), String> {
         ));
     }
 
+    for (_, sorted) in &leases {
+        check_one_lease(sorted, &mut violations);
+    }
+
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} safety violation(s) over {} term(s):\n{}",
+            violations.len(),
+            terms.len(),
+            violations.join("\n")
+        ))
+    }
+}
+
+/// Fences in order and no overlapping claims among the terms of one lease, sorted by
+/// `acquired_at_ms`.
+fn check_one_lease(sorted: &[&Term], violations: &mut Vec<String>) {
     for w in sorted.windows(2) {
         if w[1].fence <= w[0].fence {
             violations.push(format!(
@@ -183,17 +216,6 @@ pub fn check_no_overlap(terms: &[Term]) -> Result<(), String> {
                 ));
             }
         }
-    }
-
-    if violations.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} safety violation(s) over {} term(s):\n{}",
-            violations.len(),
-            terms.len(),
-            violations.join("\n")
-        ))
     }
 }
 
