@@ -7,8 +7,52 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::*;
-use crate::daemon::state::{Phase, Snapshot};
 use crate::lease::{Announcement, Candidate, LeaseSpec, Observed, ReleaseWatch};
+
+/// Where the elector is, as the test events record it (the daemon keeps its own richer state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Starting,
+    Follower,
+    Leader,
+    SteppingDown,
+    Stopped,
+}
+
+/// What the events learned, on a `watch` as the daemon keeps its state.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    phase: Phase,
+    leader: Option<String>,
+    fence: Option<u64>,
+    term: Option<TermView>,
+    leader_address: Option<String>,
+}
+
+impl Snapshot {
+    fn starting() -> Self {
+        Snapshot {
+            phase: Phase::Starting,
+            leader: None,
+            fence: None,
+            term: None,
+            leader_address: None,
+        }
+    }
+
+    /// A new phase; the term belongs to the leader phase only.
+    fn set_phase(&mut self, phase: Phase) {
+        self.phase = phase;
+        if phase != Phase::Leader {
+            self.term = None;
+        }
+    }
+
+    /// True while this replica may claim leadership at `now`: leading, its term still valid.
+    fn is_leader_at(&self, now: Instant) -> bool {
+        self.phase == Phase::Leader && self.term.as_ref().is_some_and(|t| now < t.valid_until)
+    }
+}
 
 fn drift(lease: Duration) -> Duration {
     LeaseSpec::new("x", "me", lease).drift()
@@ -286,7 +330,7 @@ fn start(lease: Arc<FakeLease>, on_lost: AfterLoss) -> Harness {
 
 /// The elector with events whose `work_stopped` takes `slow_stop`.
 fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) -> Harness {
-    let (tx, state) = watch::channel(Snapshot::starting(true));
+    let (tx, state) = watch::channel(Snapshot::starting());
     let log = Arc::new(Mutex::new(Vec::new()));
     let failures = Arc::new(Mutex::new(Vec::new()));
     let reporter = TestEvents {
