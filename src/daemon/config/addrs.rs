@@ -1,16 +1,41 @@
-//! The `redis` section's mode and address keys as read, before the mode's rules
-//! (`rules::redis_mode`) tie them together; shared by the section reader and the rules.
+//! The `redis` section's mode and address keys (`mode`, `url`, `urls`, `sentinels`,
+//! `master_name`): read beside the section's other keys, tied together by the mode's rules
+//! (`rules::redis_mode`), then made into the [`RedisMode`] of the configuration.
+
+use serde::{Deserialize, Deserializer};
 
 use super::defaults::REDIS_URL;
+use super::read;
+use super::yaml::{Mapping, Value};
 use super::{ModeName, RedisMode};
 
 /// The mode and the address keys as read, before the mode's rules tie them together.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct RedisAddrs {
+    #[serde(deserialize_with = "read::choice")]
     pub(super) mode: ModeName,
+    #[serde(deserialize_with = "read::redis_url")]
     pub(super) url: Option<String>,
+    #[serde(deserialize_with = "read::redis_urls")]
     pub(super) urls: Vec<String>,
+    #[serde(deserialize_with = "read::redis_urls")]
     pub(super) sentinels: Vec<String>,
+    #[serde(deserialize_with = "read::some_text")]
     pub(super) master_name: Option<String>,
+}
+
+/// `RedisConfig::mode`: the address keys read, checked against the mode, made a mode.
+pub(super) fn read_mode<'de, D: Deserializer<'de>>(d: D) -> Result<RedisMode, D::Error> {
+    let written = Value::Mapping(Mapping::deserialize(d)?);
+    let url_given = written.get("url").is_some();
+    let addrs = read::part(&written, |a: &RedisAddrs, problems| {
+        let label = url_given.then(|| problems.label("redis.url"));
+        super::rules::redis_mode(problems, a, label.as_deref());
+    });
+    addrs
+        .map(RedisAddrs::into_mode)
+        .map_err(serde::de::Error::custom)
 }
 
 impl RedisAddrs {
