@@ -180,8 +180,9 @@ with_defaults! {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RedisConfig {
-    /// How Redis is deployed (default single), with its addresses.
-    #[serde(flatten, deserialize_with = "addrs::read_mode")]
+    /// How Redis is deployed (default single), with its addresses (`mode`, `url`, `urls`,
+    /// `sentinels`, `master_name`: keys of `redis` itself, read by `addrs.rs`).
+    #[serde(flatten, skip_deserializing)]
     pub mode: RedisMode = RedisMode::Single { url: defaults::REDIS_URL.into() },
     /// The Redis ACL user.
     #[serde(deserialize_with = "read::some_text")]

@@ -2,11 +2,11 @@
 //! `master_name`): read beside the section's other keys, tied together by the mode's rules
 //! (`rules::redis_mode`), then made into the [`RedisMode`] of the configuration.
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use super::defaults::REDIS_URL;
 use super::read;
-use super::yaml::{Mapping, Value};
+use super::yaml::Value;
 use super::{ModeName, RedisMode};
 
 /// The mode and the address keys as read, before the mode's rules tie them together.
@@ -25,17 +25,15 @@ pub(super) struct RedisAddrs {
     pub(super) master_name: Option<String>,
 }
 
-/// `RedisConfig::mode`: the address keys read, checked against the mode, made a mode.
-pub(super) fn read_mode<'de, D: Deserializer<'de>>(d: D) -> Result<RedisMode, D::Error> {
-    let written = Value::Mapping(Mapping::deserialize(d)?);
-    let url_given = written.get("url").is_some();
-    let addrs = read::part(&written, |a: &RedisAddrs, problems| {
+/// `redis.mode` from the section `redis`: the address keys read, checked against the
+/// mode, made a mode.
+pub(super) fn read_mode(redis: &Value) -> RedisMode {
+    let url_given = redis.get("url").is_some_and(|u| !u.is_null());
+    let addrs = read::part("redis", redis, |a: &RedisAddrs, problems| {
         let label = url_given.then(|| problems.label("redis.url"));
         super::rules::redis_mode(problems, a, label.as_deref());
     });
-    addrs
-        .map(RedisAddrs::into_mode)
-        .map_err(serde::de::Error::custom)
+    addrs.into_mode()
 }
 
 impl RedisAddrs {

@@ -47,7 +47,13 @@ pub(super) fn document(doc: &Value, problems: Problems) -> (Config, Problems) {
         problems,
     };
     READING.with(|r| *r.borrow_mut() = Some(reading));
-    let config = Config::deserialize(Doc(doc));
+    let config = Config::deserialize(Doc::new(doc)).map(|mut c| {
+        // `redis.mode`'s keys sit beside the section's own (a flattened field): read next.
+        if let Some(redis) = doc.get("redis").filter(|r| r.is_mapping()) {
+            c.redis.mode = super::addrs::read_mode(redis);
+        }
+        c
+    });
     let mut problems = READING
         .with(|r| r.borrow_mut().take())
         .map(|r| r.problems)
@@ -61,9 +67,21 @@ pub(super) fn document(doc: &Value, problems: Problems) -> (Config, Problems) {
 
 type Error = de::value::Error;
 
-/// A value of the document, read where it is.
+/// A value of the document, read where it is; `checked`: its keys were checked already.
 #[derive(Clone, Copy)]
-struct Doc<'a>(&'a Value);
+struct Doc<'a> {
+    value: &'a Value,
+    checked: bool,
+}
+
+impl<'a> Doc<'a> {
+    fn new(value: &'a Value) -> Self {
+        Doc {
+            value,
+            checked: false,
+        }
+    }
+}
 
 static NULL: Value = Value::Null;
 
@@ -71,8 +89,8 @@ impl<'de> Deserializer<'de> for Doc<'_> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.0 {
-            Value::Mapping(m) => visitor.visit_map(Entries::new(Some(m))),
+        match self.value {
+            Value::Mapping(m) => visitor.visit_map(Entries::new(Some(m), self.checked)),
             other => other
                 .clone()
                 .deserialize_any(visitor)
@@ -81,7 +99,7 @@ impl<'de> Deserializer<'de> for Doc<'_> {
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.0 {
+        match self.value {
             Value::Null => visitor.visit_none(),
             _ => visitor.visit_some(self),
         }
@@ -98,7 +116,7 @@ impl<'de> Deserializer<'de> for Doc<'_> {
 
     /// A section: a mapping, or null (all defaults); anything else is a problem.
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        let map = match self.0 {
+        let map = match self.value {
             Value::Mapping(m) => Some(m),
             Value::Null => None,
             other => {
@@ -114,7 +132,7 @@ impl<'de> Deserializer<'de> for Doc<'_> {
                 None
             }
         };
-        visitor.visit_map(Entries::new(map))
+        visitor.visit_map(Entries::new(map, self.checked))
     }
 
     serde::forward_to_deserialize_any! {
@@ -127,16 +145,18 @@ impl<'de> Deserializer<'de> for Doc<'_> {
 /// written with the value null is left out (its default).
 struct Entries<'a> {
     section: Option<String>,
+    checked: bool,
     rest: std::vec::IntoIter<(&'a Value, &'a Value)>,
     value: Option<&'a Value>,
 }
 
 impl<'a> Entries<'a> {
-    fn new(map: Option<&'a Mapping>) -> Self {
+    fn new(map: Option<&'a Mapping>, checked: bool) -> Self {
         let here = with(|r| r.key()).unwrap_or_default();
         let rest: Vec<_> = map.into_iter().flatten().collect();
         Entries {
-            section: is_section(&here).then_some(here),
+            section: (!checked && is_section(&here)).then_some(here),
+            checked,
             rest: rest.into_iter(),
             value: None,
         }
@@ -163,13 +183,16 @@ impl<'de> MapAccess<'de> for Entries<'_> {
             }
             with(|r| r.path.push(name));
             self.value = Some(value);
-            return seed.deserialize(Doc(key)).map(Some);
+            return seed.deserialize(Doc::new(key)).map(Some);
         }
         Ok(None)
     }
 
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, Error> {
-        let out = seed.deserialize(Doc(self.value.take().unwrap_or(&NULL)));
+        let out = seed.deserialize(Doc {
+            value: self.value.take().unwrap_or(&NULL),
+            checked: self.checked,
+        });
         with(|r| r.path.pop());
         out
     }
@@ -300,13 +323,22 @@ pub(super) fn redis_urls<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>,
     Ok(urls)
 }
 
-/// Reads `value` (the keys written for a flattened part of the section being read) as `T`,
-/// then runs `then` on what was read and the problems.
-pub(super) fn part<T: DeserializeOwned>(
+/// Reads the section `key`'s `value` (its keys checked already) as `T`, then runs `then` on
+/// what was read and the problems; a default `T` if it cannot be read at all.
+pub(super) fn part<T: DeserializeOwned + Default>(
+    key: &str,
     value: &Value,
     then: impl FnOnce(&T, &mut Problems),
-) -> Result<T, Error> {
-    let read = T::deserialize(Doc(value))?;
-    with(|r| then(&read, &mut r.problems));
-    Ok(read)
+) -> T {
+    with(|r| r.path.push(key.to_string()));
+    let doc = Doc {
+        value,
+        checked: true,
+    };
+    let read = T::deserialize(doc).unwrap_or_default();
+    with(|r| {
+        r.path.pop();
+        then(&read, &mut r.problems);
+    });
+    read
 }
