@@ -648,7 +648,12 @@ fn from_text(
     let mut doc = yaml::parse(text, origin)?;
     let mut problems = problems::Problems::default();
     layer::layer(&mut doc, overrides, env, &mut problems);
-    let (mut config, mut problems) = read::document(&doc, problems);
+    let (mut config, mut problems) = read::document(&doc, problems, |c| {
+        // `redis.mode`'s keys sit beside the section's own (a flattened field): read next.
+        if let Some(redis) = doc.get("redis").filter(|r| r.is_mapping()) {
+            c.redis.mode = addrs::read_mode(redis);
+        }
+    });
     check::all(&mut config, &doc, overrides, env, &mut problems);
     let problems = problems.into_lines();
     if problems.is_empty() {

@@ -41,17 +41,19 @@ fn with<T>(f: impl FnOnce(&mut Reading) -> T) -> Option<T> {
 }
 
 /// Reads `doc` into a [`Config`]: refused values go to `problems` and are read as a default.
-pub(super) fn document(doc: &Value, problems: Problems) -> (Config, Problems) {
+/// `then` runs on the result while the reading is under way (for [`part`]).
+pub(super) fn document(
+    doc: &Value,
+    problems: Problems,
+    then: impl FnOnce(&mut Config),
+) -> (Config, Problems) {
     let reading = Reading {
         path: Vec::new(),
         problems,
     };
     READING.with(|r| *r.borrow_mut() = Some(reading));
     let config = Config::deserialize(Doc::new(doc)).map(|mut c| {
-        // `redis.mode`'s keys sit beside the section's own (a flattened field): read next.
-        if let Some(redis) = doc.get("redis").filter(|r| r.is_mapping()) {
-            c.redis.mode = super::addrs::read_mode(redis);
-        }
+        then(&mut c);
         c
     });
     let mut problems = READING
