@@ -6,23 +6,23 @@ use serde::Deserialize;
 
 use super::defaults::REDIS_URL;
 use super::problems::Problems;
-use super::read;
 use super::yaml::Value;
+use super::{leaf, read};
 use super::{ModeName, RedisMode};
 
 /// The mode and the address keys as read, before the mode's rules tie them together.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(super) struct RedisAddrs {
-    #[serde(deserialize_with = "read::choice")]
+    #[serde(deserialize_with = "leaf::choice")]
     pub(super) mode: ModeName,
-    #[serde(deserialize_with = "read::redis_url")]
+    #[serde(deserialize_with = "leaf::redis_url")]
     pub(super) url: Option<String>,
-    #[serde(deserialize_with = "read::redis_urls")]
+    #[serde(deserialize_with = "leaf::redis_urls")]
     pub(super) urls: Vec<String>,
-    #[serde(deserialize_with = "read::redis_urls")]
+    #[serde(deserialize_with = "leaf::redis_urls")]
     pub(super) sentinels: Vec<String>,
-    #[serde(deserialize_with = "read::some_text")]
+    #[serde(deserialize_with = "leaf::some_text")]
     pub(super) master_name: Option<String>,
 }
 
