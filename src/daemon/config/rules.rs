@@ -4,89 +4,13 @@
 
 use std::time::Duration;
 
-use super::addrs::RedisAddrs;
 use super::duration::format_duration as fmt;
-use super::tree::Reader;
+use super::problems::Problems;
 use super::{Config, ElectionConfig, HealthCheckConfig, ModeName, TlsConfig};
 use crate::connector::ConnectError;
 
-/// Which of `url`, `urls`, `sentinels` and `master_name` each mode needs and allows.
-pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisAddrs, url_label: Option<&str>) {
-    if !r.all_valid(&["redis.mode"]) {
-        return;
-    }
-    let mode = super::values::name_of(c.mode);
-    let single = c.mode == ModeName::Single;
-    let sentinel = c.mode == ModeName::Sentinel;
-    if let (false, Some(label)) = (single, url_label) {
-        let msg = format!(
-            "{label}: only mode single uses a single url; mode {mode} uses {}",
-            uses(c.mode)
-        );
-        r.problem("redis.url", msg);
-    }
-    if !c.urls.is_empty() && matches!(c.mode, ModeName::Single | ModeName::Sentinel) {
-        let msg = format!(
-            "redis.urls: only modes redlock and cluster use urls; mode {mode} uses {}",
-            uses(c.mode)
-        );
-        r.problem("redis.urls", msg);
-    }
-    if !sentinel && (!c.sentinels.is_empty() || c.master_name.is_some()) {
-        let msg = format!(
-            "redis.sentinels, redis.master_name: only mode sentinel uses them; mode {mode} uses {}",
-            uses(c.mode)
-        );
-        r.problem("redis.sentinels", msg);
-    }
-    mode_needs(r, c);
-}
-
-/// What each mode reads its addresses from, for the messages above.
-fn uses(mode: ModeName) -> &'static str {
-    match mode {
-        ModeName::Single => "redis.url",
-        ModeName::Sentinel => "redis.sentinels and redis.master_name",
-        ModeName::Redlock | ModeName::Cluster => "redis.urls",
-    }
-}
-
-/// Every address the mode needs and lacks (a list whose items were rejected still counts).
-fn mode_needs(r: &mut Reader<'_>, c: &RedisAddrs) {
-    let n = c.urls.len();
-    let mut missing = Vec::new();
-    match c.mode {
-        ModeName::Single => {}
-        ModeName::Sentinel => {
-            if c.sentinels.is_empty() {
-                let why = "mode sentinel needs at least one sentinel URL";
-                missing.push(("redis.sentinels", why.to_string()));
-            }
-            if c.master_name.is_none() {
-                let why = "mode sentinel needs the name of the monitored master";
-                missing.push(("redis.master_name", why.to_string()));
-            }
-        }
-        ModeName::Redlock if n < 3 || n % 2 == 0 => {
-            let why = format!("mode redlock needs an odd number >= 3 of urls (got {n})");
-            missing.push(("redis.urls", why));
-        }
-        ModeName::Redlock => {}
-        ModeName::Cluster if n == 0 => {
-            let why = "mode cluster needs at least one seed node URL";
-            missing.push(("redis.urls", why.to_string()));
-        }
-        ModeName::Cluster => {}
-    }
-    for (key, why) in missing {
-        if r.all_valid(&[key]) {
-            r.problem(key, format!("{key}: {why}"));
-        }
-    }
-}
-
 /// `min_replicas_ack` > 0 needs replicas: Redlock's nodes are independent masters.
-pub(super) fn replicas_ack(r: &mut Reader<'_>, mode: ModeName, min_replicas_ack: u32) {
+pub(super) fn replicas_ack(r: &mut Problems, mode: ModeName, min_replicas_ack: u32) {
     let keys = ["redis.mode", "redis.min_replicas_ack"];
     if r.all_valid(&keys) && mode == ModeName::Redlock && min_replicas_ack > 0 {
         let why = ConnectError::ReplicasWithRedlock(min_replicas_ack);
@@ -97,7 +21,7 @@ pub(super) fn replicas_ack(r: &mut Reader<'_>, mode: ModeName, min_replicas_ack:
 /// What the Redis client refuses when it is made from this configuration (a TLS file that
 /// is not PEM, ...), found in the same pass as the rest. Skipped when a `redis` value was
 /// already rejected: the client would refuse that value again, or one left at its default.
-pub(super) fn redis_client(r: &mut Reader<'_>, c: &Config) {
+pub(super) fn redis_client(r: &mut Problems, c: &Config) {
     if !r.section_valid("redis") {
         return;
     }
@@ -107,7 +31,7 @@ pub(super) fn redis_client(r: &mut Reader<'_>, c: &Config) {
 }
 
 /// A client certificate needs its key, and the other way round.
-pub(super) fn tls(r: &mut Reader<'_>, t: &TlsConfig) {
+pub(super) fn tls(r: &mut Problems, t: &TlsConfig) {
     let keys = ["redis.tls.cert_file", "redis.tls.key_file"];
     if r.all_valid(&keys) && t.cert_file.is_some() != t.key_file.is_some() {
         let (given, missing) = if t.cert_file.is_some() {
@@ -123,7 +47,7 @@ pub(super) fn tls(r: &mut Reader<'_>, t: &TlsConfig) {
 }
 
 /// `lease_duration > renew_deadline > retry_period * (1 + jitter)`.
-pub(super) fn election(r: &mut Reader<'_>, e: &ElectionConfig) {
+pub(super) fn election(r: &mut Problems, e: &ElectionConfig) {
     let (lease, renew, retry) = (e.lease_duration, e.renew_deadline, e.retry_period);
     let keys = ["election.lease_duration", "election.renew_deadline"];
     if r.all_valid(&keys) && lease <= renew {
@@ -155,7 +79,7 @@ pub(super) fn election(r: &mut Reader<'_>, e: &ElectionConfig) {
 }
 
 /// `timeout < period`: a check must end before the next one starts.
-pub(super) fn health_check(r: &mut Reader<'_>, h: &HealthCheckConfig) {
+pub(super) fn health_check(r: &mut Problems, h: &HealthCheckConfig) {
     let keys = [
         "election.health_check.timeout",
         "election.health_check.period",
@@ -180,7 +104,7 @@ pub(super) fn health_check(r: &mut Reader<'_>, h: &HealthCheckConfig) {
 
 /// Rules between sections: `command_timeout < retry_period`, and in exec mode
 /// `grace_period < lease_duration - renew_deadline`.
-pub(super) fn across(r: &mut Reader<'_>, c: &Config) {
+pub(super) fn across(r: &mut Problems, c: &Config) {
     let e = &c.election;
     let keys = ["redis.command_timeout", "election.retry_period"];
     if r.all_valid(&keys) && c.redis.command_timeout >= e.retry_period {
@@ -197,7 +121,7 @@ pub(super) fn across(r: &mut Reader<'_>, c: &Config) {
 }
 
 /// The child must be stopped before a lease that was not renewed can pass to another replica.
-fn exec_grace(r: &mut Reader<'_>, c: &Config) {
+fn exec_grace(r: &mut Problems, c: &Config) {
     let e = &c.election;
     let keys = [
         "exec.grace_period",
