@@ -4,10 +4,16 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::daemon::state::{Phase, Snapshot};
+use crate::lease::{Acquire, Lease, LeaseError, Roster, Term};
 use crate::lease::{Announcement, Candidate, LeaseSpec, Observed, ReleaseWatch};
 
 fn drift(lease: Duration) -> Duration {
