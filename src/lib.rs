@@ -103,11 +103,6 @@ mod server_info;
 #[cfg(feature = "daemon")]
 #[doc(hidden)]
 pub mod daemon;
-#[cfg(feature = "daemon")]
-pub use daemon::state;
-#[cfg(feature = "daemon")]
-#[doc(hidden)]
-pub use daemon::{http, metrics, publish};
 
 pub use backend::Backend;
 pub use conn::{FailureKind, RedisFailure};

@@ -7,6 +7,9 @@ pub mod fds;
 mod server;
 mod watchdog;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 

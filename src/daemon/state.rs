@@ -128,5 +128,7 @@ impl Progress {
 
 #[cfg(feature = "daemon")]
 mod document;
+#[cfg(test)]
+pub(crate) mod samples;
 #[cfg(feature = "daemon")]
-pub use document::{rfc3339, StatusDoc};
+pub use document::StatusDoc;
