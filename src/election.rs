@@ -28,7 +28,7 @@ pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
 pub(crate) use handover::target as handover_target;
 use handover::Successor;
 pub use types::{
-    no_candidates, AfterLoss, AfterWorkExit, Inputs, LeaderWork, NoWork, Policy, StepDown, Timing,
+    AfterLoss, AfterWorkExit, Inputs, LeaderWork, NoWork, Policy, StepDown, Timing,
     WORK_STOPPED_LIMIT,
 };
 pub use view::TermView;

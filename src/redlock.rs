@@ -128,7 +128,10 @@ impl RedlockClient {
     ///
     /// # Errors
     /// [`ConnectError::Nodes`] when the number of nodes is not odd and at least 3.
-    pub(crate) fn with_clients(clients: Vec<Client>, spec: LeaseSpec) -> Result<Self, ConnectError> {
+    pub(crate) fn with_clients(
+        clients: Vec<Client>,
+        spec: LeaseSpec,
+    ) -> Result<Self, ConnectError> {
         let n = clients.len();
         if n < 3 || n % 2 == 0 {
             return Err(ConnectError::Nodes {

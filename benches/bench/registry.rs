@@ -16,18 +16,10 @@ type Json = serde_json::Map<String, serde_json::Value>;
 const LEASE: Duration = Duration::from_secs(15);
 
 fn entry(identity: &str) -> Candidate {
-    Candidate {
-        identity: identity.into(),
-        state: "follower".into(),
-        healthy: true,
-        contending: true,
-        priority: 0,
-        address: Some("10.0.0.1:8080".into()),
-        version: env!("CARGO_PKG_VERSION").into(),
-        started_at_ms: 1_764_600_000_000,
-        healthy_since_ms: None,
-        seen_at_ms: 0,
-    }
+    let mut entry = Candidate::new(identity);
+    entry.address = Some("10.0.0.1:8080".into());
+    entry.started_at_ms = 1_764_600_000_000;
+    entry
 }
 
 /// Redis CPU (s), `evalsha` calls and usec, read together.

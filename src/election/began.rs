@@ -8,6 +8,7 @@ use crate::lease::Observed;
 
 /// How the lease became free for the term that begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Began {
     /// Nothing was known of an earlier term: the replica had just started, or just ended a
     /// term of its own, and found the lease free.
