@@ -88,6 +88,7 @@
 //! # let _ = code; Ok(()) }
 //! ```
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod backend;
 mod conn;
@@ -101,21 +102,33 @@ mod redlock;
 mod server_info;
 
 #[cfg(feature = "daemon")]
-#[doc(hidden)]
-pub mod daemon;
+mod daemon;
 
 pub use backend::Backend;
-pub use conn::{FailureKind, RedisFailure};
-pub use connector::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
-pub use election::{ElectionEvents, StepDown};
-pub use eviction::EvictionPolicy;
+pub use connector::{ConnectError, RedisSpec};
 pub use lease::{
-    Acquire, Announcement, Candidate, Heartbeat, Holder, Lease, LeaseClient, LeaseError, LeaseKeys,
-    LeaseSpec, Observed, Registration, ReleaseWatch, Roster, Term, MAX_CANDIDATES,
+    Acquire, Holder, Lease, LeaseClient, LeaseError, LeaseKeys, LeaseSpec, Observed, Term,
 };
-pub use lease::{Control, ControlMessage, ControlWatch, HandoverRequest, Reservation};
 pub use lock::{LeaseGuard, Locker, LossReason, PlainLease, WatchdogConfig};
 pub use redlock::RedlockClient;
+
+/// Where the lease's Redis is ([`RedisSpec`]'s parts), what a failed call reports, and what
+/// a server's eviction policy can do to the lease.
+pub mod connection {
+    pub use crate::conn::{FailureKind, RedisFailure};
+    pub use crate::connector::{Secret, TlsFiles, Topology};
+    pub use crate::eviction::EvictionPolicy;
+}
+
+/// Who comes next: the candidates' registry ([`Lease::heartbeat`](crate::Lease::heartbeat)),
+/// handover requests ([`Lease::control`](crate::Lease::control)), reserved releases and the
+/// release announcements that wake followers.
+pub mod handover {
+    pub use crate::lease::{
+        Announcement, Candidate, Control, ControlMessage, ControlWatch, HandoverRequest,
+        Heartbeat, Registration, ReleaseWatch, Reservation, Roster, MAX_CANDIDATES,
+    };
+}
 
 /// The `leaderd` command line (the binary's `main`).
 #[cfg(feature = "daemon")]

@@ -273,7 +273,7 @@ impl Lease for RedlockClient {
     }
     fn eviction_policies(
         &self,
-    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>>> {
         self.nodes
             .iter()
             .flat_map(|n| n.lease.eviction_policies())

@@ -115,7 +115,7 @@ pub trait Lease: Send + Sync + 'static {
     /// counter). Empty by default.
     fn eviction_policies(
         &self,
-    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>>> {
         Vec::new()
     }
     /// The candidates' heartbeat: writes, refreshes or removes this replica's entry (or only
