@@ -125,8 +125,8 @@ pub mod connection {
 /// release announcements that wake followers.
 pub mod handover {
     pub use crate::lease::{
-        Announcement, Candidate, Control, ControlMessage, ControlWatch, HandoverRequest,
-        Heartbeat, Registration, ReleaseWatch, Reservation, Roster, MAX_CANDIDATES,
+        Announcement, Candidate, Control, ControlMessage, ControlWatch, HandoverRequest, Heartbeat,
+        Registration, ReleaseWatch, Reservation, Roster, MAX_CANDIDATES,
     };
 }
 

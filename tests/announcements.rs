@@ -8,10 +8,8 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::{
-    Acquire, Announcement, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient,
-    ReleaseWatch, Term,
-};
+use leaderd::handover::{Announcement, ReleaseWatch};
+use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient, Term};
 use support::{wait_until, Daemon, DaemonOpts, RedisServer};
 use tokio::time::timeout;
 

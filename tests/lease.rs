@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use leaderd::FailureKind;
+use leaderd::connection::FailureKind;
 use leaderd::{Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
 use support::{free_port, wait_until, Proxy, RedisServer};
 use tokio::time::{timeout, Instant};

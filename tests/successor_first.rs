@@ -6,10 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::{
-    Acquire, Announcement, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient,
-    Reservation, Term,
-};
+use leaderd::handover::{Announcement, Reservation};
+use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient, Term};
 use serde_json::Value;
 use support::{RedisServer, Reply, RespConn};
 use tokio::time::timeout;

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::FailureKind;
+use leaderd::connection::FailureKind;
 use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, Term};
 use support::{wait_until, RedisServer};
 use tokio::time::timeout;

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leaderd::{Candidate, Heartbeat, Lease, LeaseClient, LeaseSpec};
+use leaderd::handover::{Candidate, Heartbeat};
+use leaderd::{Lease, LeaseClient, LeaseSpec};
 use serde_json::json;
 
 use super::stats::{command_calls, command_usec, f, redis_cpu_seconds, Table};

@@ -18,7 +18,7 @@ use crate::daemon::state::Snapshot;
 /// The writes run on a thread of their own (`leader-file`) in Linux's `SCHED_IDLE` policy: on
 /// a host with many replicas, their file writes at a handover wait for Redis and the
 /// successor instead of delaying them.
-pub async fn run_leader_file(
+pub(crate) async fn run_leader_file(
     path: PathBuf,
     name: String,
     identity: String,
@@ -69,7 +69,7 @@ async fn write_each(
 /// Waits until the published document may differ from the one made from `last`: a new state
 /// on the channel, or the end of `last`'s valid term (then `last` again, which now documents
 /// as not leader). `None` once the channel has closed and every state has been seen.
-pub async fn next_update(
+pub(crate) async fn next_update(
     state: &mut watch::Receiver<Snapshot>,
     last: &Snapshot,
 ) -> Option<Snapshot> {
@@ -89,7 +89,7 @@ pub async fn next_update(
 /// directories (mode 0755) when missing. No fsync: the document carries its own validity, so
 /// a file that a host crash leaves old or empty never claims leadership, and the daemon
 /// rewrites it when it starts; 400 fsyncs at a handover of 200 replicas on one host cost more.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let tmp = tmp_path(path)?;
     let dir = parent_dir(path);

@@ -20,7 +20,7 @@ pub(crate) use super::report::{Outputs, Reporter};
 
 /// Why the daemon could not run at all.
 #[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
+pub(crate) enum DaemonError {
     /// The Redis settings cannot make a client (exit 2).
     #[error(transparent)]
     Redis(#[from] ConnectError),

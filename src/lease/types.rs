@@ -135,7 +135,7 @@ impl LeaseSpec {
 
 /// `lease_duration * 0.01 + 2ms`: how much earlier than Redis a client must consider the
 /// lease gone, to allow for the two clocks running at slightly different rates.
-pub fn drift(lease_duration: Duration) -> Duration {
+pub(super) fn drift(lease_duration: Duration) -> Duration {
     lease_duration / 100 + Duration::from_millis(2)
 }
 
@@ -404,13 +404,13 @@ impl LeaseError {
 }
 
 /// A new random term token: 128 bits as 32 hex digits.
-pub fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     let bits: u128 = rand::rng().random();
     format!("{bits:032x}")
 }
 
 /// Milliseconds since the Unix epoch.
-pub fn unix_ms(t: SystemTime) -> u64 {
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
