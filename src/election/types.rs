@@ -228,7 +228,7 @@ impl StepDown {
     }
 }
 
-/// The longest the elector waits for [`ElectionEvents::work_stopped`] before it releases:
+/// The longest the elector waits for [`ElectionEvents::work_stopped`](super::ElectionEvents::work_stopped) before it releases:
 /// a slow events implementation delays the successor by at most this much.
 pub const WORK_STOPPED_LIMIT: Duration = Duration::from_secs(2);
 
