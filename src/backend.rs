@@ -165,7 +165,7 @@ impl Lease for Backend {
 
     fn eviction_policies(
         &self,
-    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>>> {
         match self {
             Backend::Redis(l) => l.eviction_policies(),
             Backend::Redlock(l) => l.eviction_policies(),

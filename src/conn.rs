@@ -58,7 +58,7 @@ type Made = (u64, u64);
 
 /// A Redis endpoint with its timeouts. Calls share one multiplexed connection; a timeout or a
 /// broken link drops it, and the next call connects again.
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     connector: Connector,
     connect_timeout: Duration,
     command_timeout: Duration,
@@ -79,13 +79,17 @@ type Connecting = watch::Receiver<Option<Result<Conn, RedisFailure>>>;
 
 impl Endpoint {
     /// An endpoint for `client`. No connection is made until the first call.
-    pub fn new(client: Client, connect_timeout: Duration, command_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Self {
         Self::with_connector(Connector::Direct(client), connect_timeout, command_timeout)
     }
 
     /// An endpoint whose connections come from `connector` (a server, the Sentinel master,
     /// a cluster). No connection is made until the first call.
-    pub fn with_connector(
+    pub(crate) fn with_connector(
         connector: Connector,
         connect_timeout: Duration,
         command_timeout: Duration,
@@ -107,20 +111,20 @@ impl Endpoint {
 
     /// Writes through this endpoint count only once `replicas` replicas acknowledged them
     /// (`WAIT`, see [`Conn::wait_for_replicas`]); 0, the default, waits for none.
-    pub fn with_min_replicas_ack(mut self, replicas: u32) -> Self {
+    pub(crate) fn with_min_replicas_ack(mut self, replicas: u32) -> Self {
         self.min_replicas_ack = replicas;
         self
     }
 
     /// How many replicas must acknowledge a write (`redis.min_replicas_ack`).
-    pub fn min_replicas_ack(&self) -> u32 {
+    pub(crate) fn min_replicas_ack(&self) -> u32 {
         self.min_replicas_ack
     }
 
     /// How long a `WAIT` may take in a call begun at `started` with `timeout` (the command
     /// timeout when `None`): what is left of the budget, less a small margin so that it ends
     /// before the call itself times out.
-    pub fn wait_budget(
+    pub(crate) fn wait_budget(
         &self,
         timeout: Option<Duration>,
         started: tokio::time::Instant,
@@ -132,17 +136,17 @@ impl Endpoint {
     }
 
     /// The default timeout of one command.
-    pub fn command_timeout(&self) -> Duration {
+    pub(crate) fn command_timeout(&self) -> Duration {
         self.command_timeout
     }
 
     /// Where connections come from, for opening dedicated ones (pub/sub).
-    pub fn connector(&self) -> &Connector {
+    pub(crate) fn connector(&self) -> &Connector {
         &self.connector
     }
 
     /// The connect timeout.
-    pub fn connect_timeout(&self) -> Duration {
+    pub(crate) fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
 
@@ -215,7 +219,7 @@ impl Endpoint {
     }
 
     /// The server's `maxmemory-policy` as last read (at every new connection).
-    pub fn eviction_policy(
+    pub(crate) fn eviction_policy(
         &self,
     ) -> tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>> {
         self.server.eviction.subscribe()
@@ -235,7 +239,7 @@ impl Endpoint {
     /// Drops the shared connection, so that the next call connects again (for Sentinel:
     /// asks where the master is). Used when a write was not acknowledged by enough
     /// replicas, which is what a master cut off by a failover looks like.
-    pub async fn reset(&self) {
+    pub(crate) async fn reset(&self) {
         self.forget();
     }
 
@@ -245,7 +249,7 @@ impl Endpoint {
     /// # Errors
     /// A [`RedisFailure`] of kind `Timeout` when the budget runs out, or the kind of the
     /// error Redis or the link gave. Timeouts and link errors drop the connection.
-    pub async fn call<T, F, Fut>(
+    pub(crate) async fn call<T, F, Fut>(
         &self,
         timeout: Option<Duration>,
         call: F,

@@ -48,7 +48,7 @@ impl Connector {
     ///
     /// # Errors
     /// The error of the connect, of the Sentinel lookup or of the cluster's first contact.
-    pub async fn connect(&self, limit: Duration) -> RedisResult<Conn> {
+    pub(crate) async fn connect(&self, limit: Duration) -> RedisResult<Conn> {
         match self {
             Connector::Direct(client) => client
                 .get_multiplexed_async_connection_with_config(&conn_config(limit))
@@ -66,14 +66,14 @@ impl Connector {
     /// reconnects to its nodes by itself, so a timeout (one node slow or hung) is no reason
     /// to make a new one, which would first reach every seed and every node again (and with
     /// one of them hung, time out again, and again).
-    pub fn heals_itself(&self, kind: crate::failure::FailureKind) -> bool {
+    pub(crate) fn heals_itself(&self, kind: crate::failure::FailureKind) -> bool {
         matches!(self, Connector::Cluster(_)) && kind == crate::failure::FailureKind::Timeout
     }
 
     /// How long one connect may take in all, given the connect timeout of one server: a
     /// cluster connection reaches every seed and then every node of the slot map, each
     /// within its own timeout, so it gets a few.
-    pub fn connect_limit(&self, connect_timeout: Duration) -> Duration {
+    pub(crate) fn connect_limit(&self, connect_timeout: Duration) -> Duration {
         match self {
             Connector::Cluster(_) => connect_timeout * CLUSTER_CONNECTS,
             _ => connect_timeout,
@@ -82,7 +82,7 @@ impl Connector {
 
     /// Which server this is, for reports (no credentials): `127.0.0.1:6379`, `Sentinel
     /// master mymaster`, `the cluster at a:7000, b:7000`.
-    pub fn server_label(&self) -> String {
+    pub(crate) fn server_label(&self) -> String {
         let addr = |client: &Client| client.get_connection_info().addr().to_string();
         match self {
             Connector::Direct(client) => addr(client),
@@ -96,7 +96,7 @@ impl Connector {
 
     /// Changes when connections made before should be dropped: for Sentinel, when the
     /// master moved; always 0 otherwise.
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         match self {
             Connector::Sentinel(s) => s.epoch(),
             _ => 0,
@@ -110,7 +110,7 @@ impl Connector {
     ///
     /// # Errors
     /// The error of the connect or of the lookup.
-    pub async fn pubsub(&self, channel: &str, limit: Duration) -> RedisResult<PubSub> {
+    pub(crate) async fn pubsub(&self, channel: &str, limit: Duration) -> RedisResult<PubSub> {
         match self {
             Connector::Direct(client) => client.get_async_pubsub().await,
             Connector::Sentinel(s) => {

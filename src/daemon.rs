@@ -19,23 +19,22 @@
 
 pub(crate) mod candidacy;
 pub(crate) mod cli;
+// Its `pub` items become `pub(crate)` once the config rewrite is merged (`cargo fix --lib`).
+#[allow(unreachable_pub)]
 pub(crate) mod config;
 pub(crate) mod escape;
 mod eviction;
 pub(crate) mod exec;
 pub(crate) mod health;
 pub(crate) mod hooks;
-#[doc(hidden)]
-pub mod http;
+pub(crate) mod http;
 pub(crate) mod keeper;
 pub(crate) mod logging;
-#[doc(hidden)]
-pub mod metrics;
+pub(crate) mod metrics;
 pub(crate) mod priority;
 pub(crate) mod proxy;
-#[doc(hidden)]
-pub mod publish;
+pub(crate) mod publish;
 mod report;
 pub(crate) mod run;
 pub(crate) mod shutdown;
-pub mod state;
+pub(crate) mod state;

@@ -5,6 +5,7 @@ use redis::aio::ConnectionLike;
 
 /// What a server's `maxmemory-policy` puts at risk.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EvictionPolicy {
     /// The server, as configured (host:port).
     pub server: String,

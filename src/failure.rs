@@ -7,6 +7,7 @@ use redis::{ErrorKind, RedisError};
 
 /// What went wrong talking to Redis, in the kinds the metrics count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FailureKind {
     /// No reply within the command or connect timeout.
     Timeout,
@@ -46,6 +47,7 @@ impl FailureKind {
 /// the error of the `redis` crate as its source when there was one.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{cause}")]
+#[non_exhaustive]
 pub struct RedisFailure {
     /// The kind, for metrics and for deciding whether to reconnect.
     pub kind: FailureKind,

@@ -108,8 +108,9 @@ impl LeaseClient {
         Ok(Self::with_client(client, spec))
     }
 
-    /// A client over an already configured `redis::Client` (credentials, TLS).
-    pub fn with_client(client: Client, spec: LeaseSpec) -> Self {
+    /// A client over an already configured `redis::Client` (a Redlock node). Credentials and
+    /// TLS come from a [`crate::RedisSpec`] through [`crate::Backend::connect`].
+    pub(crate) fn with_client(client: Client, spec: LeaseSpec) -> Self {
         let endpoint = Endpoint::new(client, spec.connect_timeout, spec.command_timeout);
         Self::with_endpoint(endpoint, spec)
     }

@@ -45,6 +45,7 @@ pub use plain::PlainLease;
 
 /// Why a held lease ended without being released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LossReason {
     /// Redis says the lease is no longer ours (expired, or taken over).
     Lost,
@@ -54,6 +55,7 @@ pub enum LossReason {
 
 /// How the watchdog keeps a lease alive.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct WatchdogConfig {
     /// Time between renewals.
     pub renew_every: Duration,
@@ -72,6 +74,24 @@ impl WatchdogConfig {
             renew_deadline: lease * 2 / 3,
             retry: lease / 3,
         }
+    }
+
+    /// The time between renewals.
+    pub fn with_renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = every;
+        self
+    }
+
+    /// How long without a successful renew before the lease is reported lost.
+    pub fn with_renew_deadline(mut self, deadline: Duration) -> Self {
+        self.renew_deadline = deadline;
+        self
+    }
+
+    /// The interval between attempts while waiting in [`Locker::lock`].
+    pub fn with_retry(mut self, retry: Duration) -> Self {
+        self.retry = retry;
+        self
     }
 }
 

@@ -123,11 +123,15 @@ impl RedlockClient {
         Self::with_clients(clients, spec)
     }
 
-    /// A client over already configured `redis::Client`s (credentials, TLS), one per node.
+    /// A client over already configured `redis::Client`s (credentials, TLS), one per node:
+    /// what [`crate::Backend::connect`] makes of a [`crate::RedisSpec`] in mode redlock.
     ///
     /// # Errors
     /// [`ConnectError::Nodes`] when the number of nodes is not odd and at least 3.
-    pub fn with_clients(clients: Vec<Client>, spec: LeaseSpec) -> Result<Self, ConnectError> {
+    pub(crate) fn with_clients(
+        clients: Vec<Client>,
+        spec: LeaseSpec,
+    ) -> Result<Self, ConnectError> {
         let n = clients.len();
         if n < 3 || n % 2 == 0 {
             return Err(ConnectError::Nodes {
@@ -269,7 +273,7 @@ impl Lease for RedlockClient {
     }
     fn eviction_policies(
         &self,
-    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>>> {
         self.nodes
             .iter()
             .flat_map(|n| n.lease.eviction_policies())

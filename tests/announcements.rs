@@ -8,26 +8,20 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::{
-    Acquire, Announcement, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient,
-    ReleaseWatch, Term,
-};
+use leaderd::handover::{Announcement, ReleaseWatch};
+use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient, Term};
 use support::{wait_until, Daemon, DaemonOpts, RedisServer};
 use tokio::time::timeout;
 
 const BOUND: Duration = Duration::from_secs(15);
 
 fn spec(name: &str, holder: &str) -> LeaseSpec {
-    let mut spec = LeaseSpec::new(name, holder, Duration::from_secs(10));
-    spec.command_timeout = Duration::from_millis(300);
-    spec
+    LeaseSpec::new(name, holder, Duration::from_secs(10))
+        .with_command_timeout(Duration::from_millis(300))
 }
 
 fn backend(url: &str, name: &str, holder: &str, acks: u32) -> Backend {
-    let redis = RedisSpec {
-        min_replicas_ack: acks,
-        ..RedisSpec::single(url)
-    };
+    let redis = RedisSpec::single(url).with_min_replicas_ack(acks);
     Backend::connect(&redis, spec(name, holder)).expect("url")
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use leaderd::FailureKind;
+use leaderd::connection::FailureKind;
 use leaderd::{Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
 use support::{free_port, wait_until, Proxy, RedisServer};
 use tokio::time::{timeout, Instant};
@@ -40,7 +40,10 @@ async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
 async fn must_acquire(c: &LeaseClient) -> Term {
     match bounded("try_acquire", c.try_acquire(c.default_budget())).await {
         Ok(Acquire::Acquired(term)) => term,
-        other => panic!("expected the lease for {}, got {other:?}", c.spec().holder),
+        other => panic!(
+            "expected the lease for {}, got {other:?}",
+            c.spec().holder()
+        ),
     }
 }
 
@@ -495,6 +498,10 @@ async fn waiter_wakes_at_expiry_not_at_next_retry() {
 async fn redis_down_is_a_connection_error() {
     let url = format!("redis://127.0.0.1:{}/0", free_port());
     let c = client(&url, "down", "a", Duration::from_secs(1));
+    // A term won on a live server: renewed and released here, where nothing listens.
+    let live = RedisServer::start();
+    seed_fence(&live, "down");
+    let mut term = must_acquire(&client(&live.url(), "down", "a", Duration::from_secs(1))).await;
     let t0 = Instant::now();
     assert_eq!(
         unavailable_kind(bounded("try_acquire", c.try_acquire(c.default_budget())).await),
@@ -504,14 +511,6 @@ async fn redis_down_is_a_connection_error() {
         unavailable_kind(bounded("observe", c.observe(c.default_budget())).await),
         FailureKind::Connection
     );
-    let mut term = Term {
-        token: support::new_token(),
-        fence: 1,
-        acquired_at: SystemTime::now(),
-        last_sent: Instant::now(),
-        valid_until: Instant::now() + Duration::from_secs(1),
-        valid_until_wall: SystemTime::now() + Duration::from_secs(1),
-    };
     assert_eq!(
         unavailable_kind(bounded("renew", c.renew(&mut term, c.default_budget())).await),
         FailureKind::Connection
@@ -555,9 +554,9 @@ async fn slow_redis_times_out_within_the_command_timeout() {
     let redis = RedisServer::start();
     seed_fence(&redis, "slow");
     let proxy = Proxy::start(redis.addr());
-    let mut s = spec("slow", "a", Duration::from_secs(5));
-    s.command_timeout = Duration::from_millis(300);
-    s.connect_timeout = Duration::from_millis(500);
+    let s = spec("slow", "a", Duration::from_secs(5))
+        .with_command_timeout(Duration::from_millis(300))
+        .with_connect_timeout(Duration::from_millis(500));
     let c = LeaseClient::connect(&proxy.url(), s).unwrap();
 
     // A warm connection first, so the command itself is what is slow.
@@ -613,9 +612,9 @@ async fn slow_redis_times_out_within_the_command_timeout() {
 async fn paused_redis_times_out() {
     let redis = RedisServer::start();
     seed_fence(&redis, "paused");
-    let mut s = spec("paused", "a", Duration::from_secs(5));
-    s.command_timeout = Duration::from_millis(300);
-    s.connect_timeout = Duration::from_millis(500);
+    let s = spec("paused", "a", Duration::from_secs(5))
+        .with_command_timeout(Duration::from_millis(300))
+        .with_connect_timeout(Duration::from_millis(500));
     let warm = LeaseClient::connect(&redis.url(), s.clone()).unwrap();
     let cold = LeaseClient::connect(&redis.url(), s).unwrap();
     assert_eq!(

@@ -13,10 +13,9 @@ use support::{wait_until, Proxy, RedisServer};
 use tokio::time::Instant;
 
 fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
-    let mut s = LeaseSpec::new(name, holder, lease);
-    s.command_timeout = Duration::from_millis(200);
-    s.connect_timeout = Duration::from_millis(300);
-    s
+    LeaseSpec::new(name, holder, lease)
+        .with_command_timeout(Duration::from_millis(200))
+        .with_connect_timeout(Duration::from_millis(300))
 }
 
 fn locker(url: &str, name: &str, holder: &str, lease: Duration) -> Locker<LeaseClient> {
@@ -256,11 +255,10 @@ async fn watchdog_reports_loss_when_redis_is_cut_off() {
 /// renew deadline: the loss is still reported before the validity passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_reports_loss_when_redis_hangs() {
-    let config = WatchdogConfig {
-        renew_every: Duration::from_millis(400),
-        renew_deadline: Duration::from_millis(700),
-        retry: Duration::from_millis(200),
-    };
+    let config = WatchdogConfig::for_lease(Duration::from_secs(1))
+        .with_renew_every(Duration::from_millis(400))
+        .with_renew_deadline(Duration::from_millis(700))
+        .with_retry(Duration::from_millis(200));
     loss_is_reported_before_validity_ends(config, |p| p.blackhole(true), "hung").await;
 }
 

@@ -15,8 +15,7 @@ use support::RedisServer;
 use tokio::time::Instant;
 
 fn locker(redis: &RedisServer, name: &str, holder: &str, lease: Duration) -> Locker<PlainLease> {
-    let mut spec = LeaseSpec::new(name, holder, lease);
-    spec.command_timeout = Duration::from_millis(300);
+    let spec = LeaseSpec::new(name, holder, lease).with_command_timeout(Duration::from_millis(300));
     Locker::plain(LeaseClient::connect(&redis.url(), spec).expect("valid url"))
 }
 

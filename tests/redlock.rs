@@ -22,10 +22,9 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 const SLACK: Duration = Duration::from_millis(400);
 
 fn spec(name: &str, holder: &str) -> LeaseSpec {
-    let mut spec = LeaseSpec::new(name, holder, LEASE);
-    spec.command_timeout = NODE_TIMEOUT;
-    spec.connect_timeout = NODE_TIMEOUT;
-    spec
+    LeaseSpec::new(name, holder, LEASE)
+        .with_command_timeout(NODE_TIMEOUT)
+        .with_connect_timeout(NODE_TIMEOUT)
 }
 
 fn start(n: usize) -> Vec<RedisServer> {

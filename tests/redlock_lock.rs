@@ -14,9 +14,9 @@ const LEASE: Duration = Duration::from_secs(2);
 const BOUND: Duration = Duration::from_secs(15);
 
 fn client(nodes: &[RedisServer], name: &str, holder: &str) -> RedlockClient {
-    let mut spec = LeaseSpec::new(name, holder, LEASE);
-    spec.command_timeout = Duration::from_millis(200);
-    spec.connect_timeout = Duration::from_millis(200);
+    let spec = LeaseSpec::new(name, holder, LEASE)
+        .with_command_timeout(Duration::from_millis(200))
+        .with_connect_timeout(Duration::from_millis(200));
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     RedlockClient::connect(&urls, spec).expect("redlock client")
 }
@@ -30,11 +30,10 @@ fn seed(nodes: &[RedisServer], name: &str) {
 }
 
 fn locker(nodes: &[RedisServer], name: &str) -> Locker<RedlockClient> {
-    let config = WatchdogConfig {
-        renew_every: Duration::from_millis(300),
-        renew_deadline: Duration::from_millis(1200),
-        retry: Duration::from_millis(300),
-    };
+    let config = WatchdogConfig::for_lease(LEASE)
+        .with_renew_every(Duration::from_millis(300))
+        .with_renew_deadline(Duration::from_millis(1200))
+        .with_retry(Duration::from_millis(300));
     Locker::with_config(client(nodes, name, "worker"), config)
 }
 

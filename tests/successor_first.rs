@@ -6,10 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::{
-    Acquire, Announcement, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient,
-    Reservation, Term,
-};
+use leaderd::handover::{Announcement, Reservation};
+use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient, Term};
 use serde_json::Value;
 use support::{RedisServer, Reply, RespConn};
 use tokio::time::timeout;
@@ -18,16 +16,12 @@ const BOUND: Duration = Duration::from_secs(15);
 const WINDOW: Duration = Duration::from_secs(1);
 
 fn spec(name: &str, holder: &str) -> LeaseSpec {
-    let mut spec = LeaseSpec::new(name, holder, Duration::from_secs(10));
-    spec.command_timeout = Duration::from_millis(300);
-    spec
+    LeaseSpec::new(name, holder, Duration::from_secs(10))
+        .with_command_timeout(Duration::from_millis(300))
 }
 
 fn backend(redis: &RedisServer, name: &str, holder: &str, acks: u32) -> Backend {
-    let r = RedisSpec {
-        min_replicas_ack: acks,
-        ..RedisSpec::single(&redis.url())
-    };
+    let r = RedisSpec::single(&redis.url()).with_min_replicas_ack(acks);
     Backend::connect(&r, spec(name, holder)).expect("url")
 }
 
@@ -99,10 +93,7 @@ async fn hand_over<L: Lease>(a: &L, b: &L, subs: &mut [RespConn]) -> Handed {
         messages(sub, Duration::from_millis(200));
     }
     watch.mark_seen();
-    let reservation = Reservation {
-        successor: "b",
-        window: WINDOW,
-    };
+    let reservation = Reservation::new("b", WINDOW);
     let (released, (heard, acquired)) = tokio::join!(
         a.release_to(&term, Some(reservation), a.default_budget()),
         async {
@@ -171,10 +162,7 @@ async fn a_successor_that_does_not_come_leaves_the_announcement_to_the_releaser(
     let term = granted(a.try_acquire(a.default_budget()).await);
     messages(&mut sub, Duration::from_millis(200));
 
-    let reservation = Reservation {
-        successor: "ghost",
-        window: WINDOW,
-    };
+    let reservation = Reservation::new("ghost", WINDOW);
     let released = timeout(
         BOUND,
         a.release_to(&term, Some(reservation), a.default_budget()),

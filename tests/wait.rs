@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::FailureKind;
+use leaderd::connection::FailureKind;
 use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, Term};
 use support::{wait_until, RedisServer};
 use tokio::time::timeout;
@@ -14,16 +14,12 @@ use tokio::time::timeout;
 const BOUND: Duration = Duration::from_secs(15);
 
 fn spec(name: &str, holder: &str) -> LeaseSpec {
-    let mut spec = LeaseSpec::new(name, holder, Duration::from_secs(10));
-    spec.command_timeout = Duration::from_millis(300);
-    spec
+    LeaseSpec::new(name, holder, Duration::from_secs(10))
+        .with_command_timeout(Duration::from_millis(300))
 }
 
 fn client(master: &RedisServer, name: &str, holder: &str, acks: u32) -> Backend {
-    let redis = RedisSpec {
-        min_replicas_ack: acks,
-        ..RedisSpec::single(&master.url())
-    };
+    let redis = RedisSpec::single(&master.url()).with_min_replicas_ack(acks);
     Backend::connect(&redis, spec(name, holder)).expect("url")
 }
 

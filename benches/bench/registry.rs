@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leaderd::{Candidate, Heartbeat, Lease, LeaseClient, LeaseSpec};
+use leaderd::handover::{Candidate, Heartbeat};
+use leaderd::{Lease, LeaseClient, LeaseSpec};
 use serde_json::json;
 
 use super::stats::{command_calls, command_usec, f, redis_cpu_seconds, Table};
@@ -16,18 +17,10 @@ type Json = serde_json::Map<String, serde_json::Value>;
 const LEASE: Duration = Duration::from_secs(15);
 
 fn entry(identity: &str) -> Candidate {
-    Candidate {
-        identity: identity.into(),
-        state: "follower".into(),
-        healthy: true,
-        contending: true,
-        priority: 0,
-        address: Some("10.0.0.1:8080".into()),
-        version: env!("CARGO_PKG_VERSION").into(),
-        started_at_ms: 1_764_600_000_000,
-        healthy_since_ms: None,
-        seen_at_ms: 0,
-    }
+    let mut entry = Candidate::new(identity);
+    entry.address = Some("10.0.0.1:8080".into());
+    entry.started_at_ms = 1_764_600_000_000;
+    entry
 }
 
 /// Redis CPU (s), `evalsha` calls and usec, read together.

@@ -6,7 +6,7 @@ use redis::cluster::ClusterClient;
 use redis::{Client, ConnectionAddr, Value};
 
 /// A Redis Cluster reached through its seed nodes.
-pub struct ClusterConnector {
+pub(crate) struct ClusterConnector {
     pub(super) client: ClusterClient,
     pub(super) seeds: Vec<Client>,
     pub(super) next_seed: std::sync::atomic::AtomicUsize,
@@ -14,7 +14,7 @@ pub struct ClusterConnector {
 
 impl ClusterConnector {
     /// `client` for the cluster; `seeds` (the same nodes as plain clients) for pub/sub.
-    pub fn new(client: ClusterClient, seeds: Vec<Client>) -> Self {
+    pub(crate) fn new(client: ClusterClient, seeds: Vec<Client>) -> Self {
         ClusterConnector {
             client,
             seeds,
@@ -112,7 +112,7 @@ fn seed_host(info: &redis::ConnectionInfo) -> Option<String> {
 }
 
 /// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (or of the whole key) mod 16384.
-pub fn key_slot(key: &[u8]) -> u16 {
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
     let tagged = key
         .iter()
         .position(|&b| b == b'{')

@@ -16,7 +16,7 @@ use super::key_slot;
 /// A connection made by a [`Connector`](super::Connector): a multiplexed connection to one
 /// server, or a cluster connection that routes each command to the shard of its keys.
 #[derive(Clone)]
-pub enum Conn {
+pub(crate) enum Conn {
     /// One server (single mode, or the current Sentinel master).
     Single(MultiplexedConnection),
     /// A Redis Cluster, and the slot of the last script run on it ([`ScriptSlot`]).
@@ -29,13 +29,13 @@ pub enum Conn {
 /// failover that includes a node that is restarting or rejoining, and each script's first
 /// call waited out the response timeout. Every key of one lease has the same hash tag.
 #[derive(Clone, Default)]
-pub struct ScriptSlot(Arc<AtomicU32>);
+pub(crate) struct ScriptSlot(Arc<AtomicU32>);
 
 impl ScriptSlot {
     const NONE: u32 = u32::MAX;
 
     /// A new connection's: no script run yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         ScriptSlot(Arc::new(AtomicU32::new(Self::NONE)))
     }
 
@@ -105,7 +105,7 @@ impl Conn {
     ///
     /// # Errors
     /// The error of the connection or of Redis.
-    pub async fn wait_for_replicas(
+    pub(crate) async fn wait_for_replicas(
         &mut self,
         replicas: u32,
         budget: Duration,

@@ -17,7 +17,7 @@ use super::{conn_config, io_error};
 
 /// How to reach and authenticate with a data node (a master found through Sentinel).
 #[derive(Clone)]
-pub struct NodeSettings {
+pub(crate) struct NodeSettings {
     /// Username, password, database and protocol sent on connect.
     pub redis: RedisConnectionInfo,
     /// Connect with TLS.
@@ -51,7 +51,7 @@ impl NodeSettings {
 /// Finds the master of `master_name` through the Sentinels, the way the Sentinel client
 /// specification asks: ask the Sentinels (all at once; the address a majority names wins), then
 /// confirm with `ROLE` on the named node that it is a master.
-pub struct SentinelConnector {
+pub(crate) struct SentinelConnector {
     sentinels: Vec<Client>,
     master_name: String,
     node: NodeSettings,
@@ -64,7 +64,7 @@ pub struct SentinelConnector {
 impl SentinelConnector {
     /// A connector for the master `master_name`, asking `sentinels` (each with its own
     /// address and credentials), connecting to the master with `node`.
-    pub fn new(sentinels: Vec<Client>, master_name: String, node: NodeSettings) -> Self {
+    pub(crate) fn new(sentinels: Vec<Client>, master_name: String, node: NodeSettings) -> Self {
         SentinelConnector {
             sentinels,
             master_name,
@@ -76,7 +76,7 @@ impl SentinelConnector {
     }
 
     /// The name of the master the Sentinels are asked for (`redis.master_name`).
-    pub fn master_name(&self) -> &str {
+    pub(crate) fn master_name(&self) -> &str {
         &self.master_name
     }
 
@@ -85,7 +85,7 @@ impl SentinelConnector {
     /// master still answers (a demoted master keeps accepting writes until the Sentinels
     /// reconfigure it). The first call, inside a tokio runtime, starts listening to every
     /// Sentinel.
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         if !self.watching.swap(true, Ordering::SeqCst) {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
@@ -110,7 +110,10 @@ impl SentinelConnector {
     /// # Errors
     /// No Sentinel answered, none knows the name, or the named master cannot be reached (its
     /// own error, e.g. a wrong password, is returned then).
-    pub async fn master(&self, limit: Duration) -> RedisResult<(Client, MultiplexedConnection)> {
+    pub(crate) async fn master(
+        &self,
+        limit: Duration,
+    ) -> RedisResult<(Client, MultiplexedConnection)> {
         let (mut named, unknown, sentinel_err) = self.ask_sentinels(limit).await;
         // Right after a failover, the Sentinel that made it knows better than the others.
         self.moves.prefer_latest(&mut named);

@@ -14,6 +14,7 @@ use super::{init_tls, ClusterConnector, Connector, NodeSettings, SentinelConnect
 
 /// Where the lease's Redis is, and how to talk to it.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RedisSpec {
     /// How Redis is deployed, with the addresses that deployment needs.
     pub topology: Topology,
@@ -45,6 +46,25 @@ impl RedisSpec {
             tls: TlsFiles::default(),
             min_replicas_ack: 0,
         }
+    }
+
+    /// The ACL user and password, replacing those in a data node's URL.
+    pub fn with_credentials(mut self, username: Option<&str>, password: Option<Secret>) -> Self {
+        self.username = username.map(str::to_owned);
+        self.password = password;
+        self
+    }
+
+    /// The files for `rediss://` connections.
+    pub fn with_tls(mut self, tls: TlsFiles) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// An acquire or renew counts only after `n` replicas acknowledged it (`WAIT`).
+    pub fn with_min_replicas_ack(mut self, n: u32) -> Self {
+        self.min_replicas_ack = n;
+        self
     }
 }
 
@@ -99,6 +119,7 @@ impl fmt::Debug for Secret {
 
 /// PEM files for TLS connections; all `None`: the system's CA roots, no client certificate.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct TlsFiles {
     /// CA bundle to verify the servers with, instead of the system's roots.
     pub ca_file: Option<PathBuf>,
@@ -117,6 +138,7 @@ impl TlsFiles {
 /// Why no client could be made from a [`RedisSpec`]: a mistake in the spec, found before
 /// anything is sent. `key` names the setting (`redis.url`, `redis.urls[1]`, ...).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnectError {
     /// A URL that does not parse (the URL is not repeated: it may hold a password).
     #[error("{key}: not a valid Redis URL (redis://host:port/db, rediss://..., unix:///path)")]

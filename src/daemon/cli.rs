@@ -15,16 +15,16 @@ use crate::daemon::run as daemon;
 use crate::lease::Lease;
 
 /// Exit code of a bad configuration or bad usage.
-pub const EXIT_USAGE: i32 = 2;
+pub(crate) const EXIT_USAGE: i32 = 2;
 /// Exit code of a failure that cannot be recovered from.
-pub const EXIT_FAILURE: i32 = 1;
+pub(crate) const EXIT_FAILURE: i32 = 1;
 /// Exit code of `status` when nobody holds the lease.
-pub const EXIT_VACANT: i32 = 3;
+pub(crate) const EXIT_VACANT: i32 = 3;
 
 /// Leader election over a Redis lease.
 #[derive(Debug, Parser)]
 #[command(name = "leaderd", version, about, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }

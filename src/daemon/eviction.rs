@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::daemon::metrics::Metrics;
-use crate::EvictionPolicy;
+use crate::eviction::EvictionPolicy;
 
 /// Follows every server's policy until `stop`: a WARN line at every read of a policy other
 /// than `noeviction` (start and each reconnect), the gauge 1 while any server is at risk.

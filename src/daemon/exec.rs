@@ -38,20 +38,20 @@ use crate::election::LeaderWork;
 /// load); a SIGKILLed process runs no further user code, so the child is dead before the
 /// validity. The same bound caps a graceful stop: SIGKILL comes at the earlier of
 /// `grace_period` after the stop signal and this margin before the validity.
-pub fn keeper_margin(lease_duration: Duration) -> Duration {
+pub(crate) fn keeper_margin(lease_duration: Duration) -> Duration {
     (lease_duration / 20).clamp(Duration::from_millis(100), Duration::from_secs(1))
 }
 
 /// Why the keeper could not be started.
 #[derive(Debug, thiserror::Error)]
-pub enum ExecError {
+pub(crate) enum ExecError {
     /// The socket pair or the keeper process could not be created.
     #[error("cannot start the keeper process: {0}")]
     Spawn(#[from] std::io::Error),
 }
 
 /// The exec-mode work: one keeper, and through it one child, per term.
-pub struct ExecWork {
+pub(crate) struct ExecWork {
     command: Vec<String>,
     stop_signal: Signal,
     grace: Duration,
@@ -64,7 +64,7 @@ pub struct ExecWork {
 
 impl ExecWork {
     /// The work of `config.exec` (whose command must not be empty).
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         let leader_file = config.publish.leader_file.as_deref().map(Path::display);
         ExecWork {
             command: config.exec.command.clone(),

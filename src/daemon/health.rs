@@ -17,7 +17,7 @@ use crate::daemon::exec::Ended;
 
 /// Why one check failed.
 #[derive(Debug, thiserror::Error)]
-pub enum CheckError {
+pub(crate) enum CheckError {
     /// The URL is not `http://host[:port][/path]`.
     #[error("http_get {0}: not an http:// URL")]
     BadUrl(String),
@@ -61,7 +61,7 @@ pub enum CheckError {
 /// Consecutive-failure counting: healthy after one pass, unhealthy after `failures` failures
 /// in a row; unhealthy at first.
 #[derive(Debug, Clone)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     failures: u32,
     failed_in_a_row: u32,
     healthy: bool,
@@ -69,7 +69,7 @@ pub struct Tracker {
 
 impl Tracker {
     /// Unhealthy until the first pass; `failures` is at least 1.
-    pub fn new(failures: u32) -> Self {
+    pub(crate) fn new(failures: u32) -> Self {
         Tracker {
             failures: failures.max(1),
             failed_in_a_row: 0,
@@ -78,7 +78,7 @@ impl Tracker {
     }
 
     /// Records one check; returns the new verdict when it changed.
-    pub fn record(&mut self, passed: bool) -> Option<bool> {
+    pub(crate) fn record(&mut self, passed: bool) -> Option<bool> {
         if passed {
             self.failed_in_a_row = 0;
         } else {
@@ -92,14 +92,14 @@ impl Tracker {
 
     /// The current verdict.
     #[cfg(test)]
-    pub fn healthy(&self) -> bool {
+    pub(crate) fn healthy(&self) -> bool {
         self.healthy
     }
 }
 
 /// Starts checking health when `config` is set, until `shutdown`; the receiver carries the
 /// verdict (false until the first check passes; always true without a check).
-pub fn watch_health(
+pub(crate) fn watch_health(
     config: Option<HealthCheckConfig>,
     shutdown: CancellationToken,
 ) -> watch::Receiver<bool> {
@@ -140,7 +140,7 @@ pub fn watch_health(
 ///
 /// # Errors
 /// [`CheckError`] when the check fails or times out.
-pub async fn check(config: &HealthCheckConfig) -> Result<(), CheckError> {
+pub(crate) async fn check(config: &HealthCheckConfig) -> Result<(), CheckError> {
     if let Some(url) = &config.http_get {
         let get = http_get(url);
         return match tokio::time::timeout(config.timeout, get).await {

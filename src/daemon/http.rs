@@ -3,9 +3,12 @@
 //! asked.
 
 mod events;
-pub mod fds;
+pub(crate) mod fds;
 mod server;
 mod watchdog;
+
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::daemon::config::ReadyWhen;
+pub(crate) use crate::daemon::config::ReadyWhen;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::state::{Phase, Progress, Snapshot, StatusDoc};
 
@@ -32,7 +35,7 @@ const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Everything the handlers read: the election's identity, the state channel, the progress of
 /// the election loop and the metrics.
 #[derive(Clone)]
-pub struct HttpContext {
+pub(crate) struct HttpContext {
     /// The election name.
     pub name: String,
     /// This replica's identity.
@@ -54,13 +57,13 @@ pub struct HttpContext {
 }
 
 /// A read of the candidates (bounded by the command timeout): the JSON body, or the error.
-pub type ReadCandidates = Arc<
+pub(crate) type ReadCandidates = Arc<
     dyn Fn() -> futures::future::BoxFuture<'static, Result<String, CandidatesError>> + Send + Sync,
 >;
 
 /// Why `GET /candidates` has no answer (503).
 #[derive(Debug, thiserror::Error)]
-pub enum CandidatesError {
+pub(crate) enum CandidatesError {
     /// Redis did not answer within the command timeout.
     #[error("redis: timed out reading the candidates")]
     TimedOut,
@@ -90,7 +93,7 @@ impl HttpContext {
 ///
 /// # Errors
 /// None today (accept errors on single connections are retried); kept for callers.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     ctx: HttpContext,
     shutdown: CancellationToken,

@@ -34,11 +34,11 @@ use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
 
 mod wire;
-pub use wire::{Cause, Report, Request};
+pub(crate) use wire::{Cause, Report, Request};
 
 /// Arguments of the hidden `leaderd __keeper` command; only exec mode starts it.
 #[derive(Debug, Clone, clap::Args)]
-pub struct KeeperArgs {
+pub(crate) struct KeeperArgs {
     /// Sent to the child's process group on `stop`.
     #[arg(long, value_name = "SIGNAL")]
     pub stop_signal: String,
@@ -57,13 +57,13 @@ pub struct KeeperArgs {
 }
 
 /// Now on `CLOCK_MONOTONIC`, in nanoseconds (the clock of `std::time::Instant` on Linux).
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let now = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
     now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
 }
 
 /// The exit code of a status: its code, or 128 + the signal that ended it.
-pub fn exit_code(status: ExitStatus) -> i32 {
+pub(crate) fn exit_code(status: ExitStatus) -> i32 {
     status
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
@@ -72,7 +72,7 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 
 /// The exit code of a command that could not be started, as a shell gives it: 127 when the
 /// program (or its interpreter) is not found, 126 when it cannot be executed, else 1.
-pub fn start_failure_code(err: &std::io::Error) -> i32 {
+pub(crate) fn start_failure_code(err: &std::io::Error) -> i32 {
     match err.kind() {
         std::io::ErrorKind::NotFound => 127,
         std::io::ErrorKind::PermissionDenied => 126,
@@ -89,7 +89,7 @@ enum Event {
 }
 
 /// Runs the keeper; returns its own exit code (0 once the child is reaped and reported).
-pub fn main(args: KeeperArgs) -> i32 {
+pub(crate) fn main(args: KeeperArgs) -> i32 {
     // leaderd decides when the child stops: a service manager's signal to every process of
     // the service must not end the keeper first. Handlers (unlike an ignored disposition)
     // are reset for the child by exec.

@@ -13,7 +13,7 @@ use crate::daemon::config::LogFormat;
 /// filter applies to leaderd's own events, other crates log warnings only, and the redis
 /// crate errors only (its warnings, dozens per failover, are what leaderd's own rate-limited
 /// `redis_error` line already reports) unless leaderd logs at trace.
-pub fn init(format: LogFormat, level: &str) {
+pub(crate) fn init(format: LogFormat, level: &str) {
     let filter = EnvFilter::new(filter_directives(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -17,7 +17,7 @@ use crate::daemon::state::Snapshot;
 use crate::election::{AcquireResult, Began, RenewResult, StepDown};
 
 mod outputs;
-pub use outputs::OutputMetrics;
+pub(crate) use outputs::OutputMetrics;
 
 /// Buckets of `leaderd_renew_duration_seconds`: from a loopback round trip to command timeouts.
 const RENEW_BUCKETS: [f64; 12] = [
@@ -50,7 +50,7 @@ const BUILD_INFO_HELP: &str = "Build of leaderd; always 1, the version is a labe
 
 /// Every series of docs/outputs.md#metrics, in one private registry (never the global default, so
 /// several elections or tests in one process do not collide).
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     is_leader: IntGauge,
     master_status: IntGauge,
@@ -77,7 +77,7 @@ pub struct Metrics {
 impl Metrics {
     /// Registers every series of docs/outputs.md#metrics, labelled `name="<election>"`, each label
     /// value pre-created at 0 so `rate()` and alerts work before the first event.
-    pub fn new(election: &str, version: &str) -> Metrics {
+    pub(crate) fn new(election: &str, version: &str) -> Metrics {
         let labels = HashMap::from([("name".to_owned(), election.to_owned())]);
         let registry = Registry::new_custom(None, Some(labels)).expect("valid registry labels");
         let r = &registry;
@@ -148,7 +148,7 @@ impl Metrics {
     }
 
     /// The candidates as last read: how many are healthy and how many not.
-    pub fn candidates(&self, healthy: usize, unhealthy: usize) {
+    pub(crate) fn candidates(&self, healthy: usize, unhealthy: usize) {
         let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
         self.candidates.with_label_values(&["true"]).set(n(healthy));
         self.candidates
@@ -157,57 +157,57 @@ impl Metrics {
     }
 
     /// Whether another live process registers this replica's identity.
-    pub fn set_identity_conflict(&self, conflict: bool) {
+    pub(crate) fn set_identity_conflict(&self, conflict: bool) {
         self.identity_conflict.set(i64::from(conflict));
     }
 
     /// Counts a term this replica has begun, by how it began.
-    pub fn transition(&self, began: Began) {
+    pub(crate) fn transition(&self, began: Began) {
         self.transitions.with_label_values(&[began.as_str()]).inc();
     }
 
     /// Counts an acquire attempt.
-    pub fn acquire_attempt(&self, result: AcquireResult) {
+    pub(crate) fn acquire_attempt(&self, result: AcquireResult) {
         self.acquire_attempts
             .with_label_values(&[result.as_str()])
             .inc();
     }
 
     /// Counts a renew attempt and observes its round trip.
-    pub fn renewal(&self, result: RenewResult, took: Duration) {
+    pub(crate) fn renewal(&self, result: RenewResult, took: Duration) {
         self.renewals.with_label_values(&[result.as_str()]).inc();
         self.renew_duration.observe(took.as_secs_f64());
     }
 
     /// Counts a step-down.
-    pub fn step_down(&self, reason: StepDown) {
+    pub(crate) fn step_down(&self, reason: StepDown) {
         self.step_downs.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// Counts an HTTP connection closed at once because the connection cap was reached.
-    pub fn http_refused(&self) {
+    pub(crate) fn http_refused(&self) {
         self.http_refused.inc();
     }
 
     /// Whether some Redis server of the election can evict its keys.
-    pub fn set_eviction_risk(&self, at_risk: bool) {
+    pub(crate) fn set_eviction_risk(&self, at_risk: bool) {
         self.eviction_risk.set(i64::from(at_risk));
     }
 
     /// Counts a failed Redis call by its kind.
-    pub fn redis_error(&self, kind: FailureKind) {
+    pub(crate) fn redis_error(&self, kind: FailureKind) {
         self.redis_errors.with_label_values(&[kind.as_str()]).inc();
     }
 
     /// Reads `leaderd_messages_dropped_total` from `source` (a running total) at each
     /// scrape. Set once; later calls are ignored.
-    pub fn count_dropped_messages(&self, source: impl Fn() -> u64 + Send + Sync + 'static) {
+    pub(crate) fn count_dropped_messages(&self, source: impl Fn() -> u64 + Send + Sync + 'static) {
         let _ = self.dropped_source.set(Box::new(source));
     }
 
     /// The text exposition. The leadership gauges are set from `snapshot` checked at `now`
     /// first, so a scrape never reports a claim whose validity has passed.
-    pub fn render(&self, snapshot: &Snapshot, now: Instant) -> String {
+    pub(crate) fn render(&self, snapshot: &Snapshot, now: Instant) -> String {
         self.set_leadership(snapshot, now);
         if let Some(source) = self.dropped_source.get() {
             let (total, shown) = (source(), self.messages_dropped.get());

@@ -30,7 +30,7 @@ const COPY_BUFFER: usize = 64 * 1024;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     /// `proxy.listen` cannot be bound (exit 1).
     #[error("proxy.listen {addr}: cannot listen: {cause}")]
     Listen {
@@ -79,7 +79,7 @@ impl ProxyContext {
 ///
 /// # Errors
 /// [`ProxyError::Listen`] when the address is taken or not ours.
-pub async fn bind(config: &Config) -> Result<Option<TcpListener>, ProxyError> {
+pub(crate) async fn bind(config: &Config) -> Result<Option<TcpListener>, ProxyError> {
     let Some(addr) = config.proxy.listen else {
         return Ok(None);
     };

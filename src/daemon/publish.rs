@@ -18,7 +18,7 @@ use crate::daemon::state::Snapshot;
 /// The writes run on a thread of their own (`leader-file`) in Linux's `SCHED_IDLE` policy: on
 /// a host with many replicas, their file writes at a handover wait for Redis and the
 /// successor instead of delaying them.
-pub async fn run_leader_file(
+pub(crate) async fn run_leader_file(
     path: PathBuf,
     name: String,
     identity: String,
@@ -69,7 +69,7 @@ async fn write_each(
 /// Waits until the published document may differ from the one made from `last`: a new state
 /// on the channel, or the end of `last`'s valid term (then `last` again, which now documents
 /// as not leader). `None` once the channel has closed and every state has been seen.
-pub async fn next_update(
+pub(crate) async fn next_update(
     state: &mut watch::Receiver<Snapshot>,
     last: &Snapshot,
 ) -> Option<Snapshot> {
@@ -89,7 +89,7 @@ pub async fn next_update(
 /// directories (mode 0755) when missing. No fsync: the document carries its own validity, so
 /// a file that a host crash leaves old or empty never claims leadership, and the daemon
 /// rewrites it when it starts; 400 fsyncs at a handover of 200 replicas on one host cost more.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let tmp = tmp_path(path)?;
     let dir = parent_dir(path);
@@ -167,76 +167,4 @@ impl LeaderFile {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn writes_beside_and_replaces() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/leader.json");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        let left: Vec<_> = std::fs::read_dir(dir.path().join("sub")).unwrap().collect();
-        assert_eq!(left.len(), 1, "no temp file is left behind");
-    }
-
-    #[test]
-    fn a_planted_symlink_is_never_followed() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, b"precious").unwrap();
-        let path = dir.path().join("leader.json");
-        std::os::unix::fs::symlink(&victim, dir.path().join("leader.json.tmp")).unwrap();
-        for _ in 0..20 {
-            write_atomically(&path, b"doc").unwrap();
-        }
-        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode & 0o022, 0, "mode {mode:o}");
-        assert_eq!(mode & 0o444, 0o444, "mode {mode:o}");
-    }
-
-    #[test]
-    fn the_writer_thread_runs_in_the_idle_policy_and_writes_the_last_state() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("leader.json");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let (tx, rx) = watch::channel(Snapshot::starting(true));
-        let task = runtime.spawn(run_leader_file(path.clone(), "n".into(), "me".into(), rx));
-        let policy = (0..200).find_map(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            writer_policy()
-        });
-        // `SCHED_IDLE` is 5 (field 41 of /proc/<tid>/stat).
-        assert_eq!(policy, Some(5), "the leader-file thread's policy");
-        drop(tx);
-        runtime.block_on(task).unwrap();
-        let written = std::fs::read_to_string(&path).unwrap();
-        assert!(written.contains("\"state\":\"starting\""), "{written}");
-    }
-
-    /// The scheduling policy of this process's `leader-file` thread, if it runs.
-    fn writer_policy() -> Option<u32> {
-        std::fs::read_dir("/proc/self/task").ok()?.find_map(|t| {
-            let t = t.ok()?.path();
-            let comm = std::fs::read_to_string(t.join("comm")).ok()?;
-            if comm.trim() != "leader-file" {
-                return None;
-            }
-            let stat = std::fs::read_to_string(t.join("stat")).ok()?;
-            let after_name = &stat[stat.rfind(')')? + 2..];
-            after_name.split(' ').nth(38)?.parse().ok()
-        })
-    }
-
-    #[test]
-    fn a_path_without_a_file_name_is_refused() {
-        assert!(write_atomically(Path::new("/"), b"x").is_err());
-    }
-}
+mod tests;

@@ -18,7 +18,7 @@ use beside::Running;
 
 /// Why the daemon could not run at all.
 #[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
+pub(crate) enum DaemonError {
     /// The Redis settings cannot make a client (exit 2).
     #[error(transparent)]
     Redis(#[from] ConnectError),

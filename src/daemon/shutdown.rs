@@ -8,10 +8,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// The signals that end leaderd cleanly.
-pub const SHUTDOWN: [i32; 4] = [SIGTERM, SIGINT, SIGHUP, SIGQUIT];
+pub(crate) const SHUTDOWN: [i32; 4] = [SIGTERM, SIGINT, SIGHUP, SIGQUIT];
 
 /// What the signal handler drives.
-pub struct SignalInputs {
+pub(crate) struct SignalInputs {
     /// Cancelled at the first SIGTERM, SIGINT, SIGHUP or SIGQUIT (a closing terminal must not
     /// end a term without a release); later ones change nothing.
     pub shutdown: CancellationToken,
@@ -24,7 +24,7 @@ pub struct SignalInputs {
 ///
 /// # Errors
 /// When the handlers cannot be registered.
-pub fn install() -> std::io::Result<SignalInputs> {
+pub(crate) fn install() -> std::io::Result<SignalInputs> {
     let mut signals = Signals::new(SHUTDOWN.into_iter().chain([SIGUSR1]))?;
     let shutdown = CancellationToken::new();
     let (yield_tx, yields) = mpsc::channel(4);

@@ -7,13 +7,13 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-pub use crate::election::TermView;
+pub(crate) use crate::election::TermView;
 
 /// Where the replica is in the election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "daemon", derive(serde::Serialize))]
 #[cfg_attr(feature = "daemon", serde(rename_all = "snake_case"))]
-pub enum Phase {
+pub(crate) enum Phase {
     /// No attempt has finished yet.
     Starting,
     /// Another replica leads, or nobody does.
@@ -28,7 +28,7 @@ pub enum Phase {
 
 /// What the elector knows, sent on the state channel at every change.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Where the replica is in the election.
     pub phase: Phase,
     /// The leader as last observed (this replica's identity while it leads).
@@ -53,7 +53,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The state before the first attempt.
-    pub fn starting(healthy: bool) -> Self {
+    pub(crate) fn starting(healthy: bool) -> Self {
         Snapshot {
             phase: Phase::Starting,
             leader: None,
@@ -69,7 +69,7 @@ impl Snapshot {
 
     /// Moves to `phase`, keeping the fields a phase carries consistent (a term only while
     /// leading) and stamping `observed_at`.
-    pub fn set_phase(&mut self, phase: Phase) {
+    pub(crate) fn set_phase(&mut self, phase: Phase) {
         self.phase = phase;
         self.observed_at = SystemTime::now();
         if phase != Phase::Leader {
@@ -78,7 +78,7 @@ impl Snapshot {
     }
 
     /// The term this replica may claim at `now`: its own term, only while still valid.
-    pub fn valid_term(&self, now: Instant) -> Option<&TermView> {
+    pub(crate) fn valid_term(&self, now: Instant) -> Option<&TermView> {
         match (&self.phase, &self.term) {
             (Phase::Leader, Some(term)) if now < term.valid_until => Some(term),
             _ => None,
@@ -86,14 +86,14 @@ impl Snapshot {
     }
 
     /// True when this replica may claim leadership at `now`.
-    pub fn is_leader_at(&self, now: Instant) -> bool {
+    pub(crate) fn is_leader_at(&self, now: Instant) -> bool {
         self.valid_term(now).is_some()
     }
 }
 
 /// When the election loop last finished an attempt, successful or not, for `/healthz`.
 #[derive(Debug, Clone)]
-pub struct Progress {
+pub(crate) struct Progress {
     origin: Instant,
     last_ms: Arc<AtomicU64>,
 }
@@ -106,7 +106,7 @@ impl Default for Progress {
 
 impl Progress {
     /// Progress counted from now.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Progress {
             origin: Instant::now(),
             last_ms: Arc::new(AtomicU64::new(0)),
@@ -114,13 +114,13 @@ impl Progress {
     }
 
     /// Records that an attempt has just finished.
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         let ms = self.origin.elapsed().as_millis() as u64;
         self.last_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Time since the last finished attempt (or since start).
-    pub fn since_last(&self) -> Duration {
+    pub(crate) fn since_last(&self) -> Duration {
         let last = self.origin + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
         Instant::now().saturating_duration_since(last)
     }
@@ -128,5 +128,7 @@ impl Progress {
 
 #[cfg(feature = "daemon")]
 mod document;
+#[cfg(test)]
+pub(crate) mod samples;
 #[cfg(feature = "daemon")]
-pub use document::{rfc3339, StatusDoc};
+pub(crate) use document::StatusDoc;

@@ -8,6 +8,7 @@ use crate::lease::Observed;
 
 /// How the lease became free for the term that begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Began {
     /// Nothing was known of an earlier term: the replica had just started, or just ended a
     /// term of its own, and found the lease free.
@@ -68,7 +69,13 @@ impl Default for Origin {
 impl Origin {
     /// Takes in `seen`, learned at `at`, with `expiry` (when it expires, if known). A vacancy
     /// learned before the held lease's expiry was a release; after it, an expiry.
-    pub fn learn(&mut self, seen: &Observed, at: Instant, expiry: Option<Instant>, me: &str) {
+    pub(super) fn learn(
+        &mut self,
+        seen: &Observed,
+        at: Instant,
+        expiry: Option<Instant>,
+        me: &str,
+    ) {
         let (began, held_until) = match seen {
             Observed::Held(_) => (Began::Expiry, expiry),
             Observed::Reserved { for_identity, .. } if for_identity == me => {

@@ -71,6 +71,7 @@ impl ElectionEvents for NoEvents {}
 
 /// How an acquire attempt ended: the `result` label of `leaderd_acquire_attempts_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AcquireResult {
     /// A term began.
     Acquired,
@@ -104,6 +105,7 @@ impl AcquireResult {
 
 /// How a renew ended: the `result` label of `leaderd_renewals_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RenewResult {
     /// The validity moved forward.
     Ok,

@@ -4,9 +4,15 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::lease::{Acquire, Lease, LeaseError, Roster, Term};
 use crate::lease::{Announcement, Candidate, LeaseSpec, Observed, ReleaseWatch};
 
 /// Where the elector is, as the test events record it (the daemon keeps its own richer state).
@@ -309,19 +315,12 @@ struct Harness {
 }
 
 fn policy(on_lost: AfterLoss) -> Policy {
-    Policy {
-        timing: Timing {
-            lease_duration: LEASE,
-            renew_deadline: Duration::from_millis(1400),
-            retry_period: Duration::from_millis(300),
-            jitter: 0.2,
-            command_timeout: Duration::from_millis(200),
-        },
-        on_lost,
-        on_work_exit: AfterWorkExit::Release,
-        release_on_shutdown: true,
-        preempt: false,
-    }
+    let timing = Timing::new(LEASE)
+        .with_renew_deadline(Duration::from_millis(1400))
+        .with_retry_period(Duration::from_millis(300))
+        .with_jitter(0.2)
+        .with_command_timeout(Duration::from_millis(200));
+    Policy::new(timing).with_on_lost(on_lost)
 }
 
 fn start(lease: Arc<FakeLease>, on_lost: AfterLoss) -> Harness {
@@ -343,12 +342,10 @@ fn start_with(lease: Arc<FakeLease>, on_lost: AfterLoss, slow_stop: Duration) ->
     let (ytx, yrx) = mpsc::channel(4);
     let (_htx, healthy) = watch::channel(true);
     let (roster, candidates) = watch::channel(Roster::default());
-    let inputs = Inputs {
-        shutdown: shutdown.clone(),
-        yields: yrx,
-        healthy,
-        candidates,
-    };
+    let inputs = Inputs::new(shutdown.clone())
+        .with_yields(yrx)
+        .with_health(healthy)
+        .with_candidates(candidates);
     let task = tokio::spawn(run(
         lease.clone(),
         policy(on_lost),
@@ -401,6 +398,53 @@ async fn leads_renews_and_releases_on_shutdown() {
         ],
         "stop claiming, stop the work, then release"
     );
+}
+
+/// `Inputs::new` alone: nobody can ask to yield, health stays true, no candidates; the
+/// leader keeps its term until shutdown (closed inputs are no yield and no health change).
+#[tokio::test(start_paused = true)]
+async fn inputs_with_only_a_shutdown_token_lead_until_shutdown() {
+    let lease = Arc::new(FakeLease::default());
+    let (tx, mut state) = watch::channel(Snapshot::starting());
+    let reporter = TestEvents {
+        state: tx,
+        log: Default::default(),
+        failures: Default::default(),
+        slow_stop: Duration::ZERO,
+    };
+    let shutdown = CancellationToken::new();
+    let inputs = Inputs::new(shutdown.clone());
+    let task = tokio::spawn(run(
+        lease.clone(),
+        policy(AfterLoss::Contend),
+        NoWork,
+        inputs,
+        reporter,
+    ));
+    let first = wait_phase(&mut state, Phase::Leader).await.fence;
+    tokio::time::sleep(LEASE * 3).await;
+    let later = state.borrow().clone();
+    assert_eq!((later.phase, later.fence), (Phase::Leader, first));
+    shutdown.cancel();
+    assert_eq!(bounded(task).await, 0);
+    assert_eq!(lease.releases.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn the_default_timing_and_policy_are_the_daemons() {
+    let t = Timing::new(Duration::from_secs(15));
+    assert_eq!(t.renew_deadline(), Duration::from_secs(10));
+    assert_eq!(t.retry_period(), Duration::from_secs(2));
+    assert_eq!(
+        (t.jitter, t.command_timeout),
+        (0.2, Duration::from_millis(500))
+    );
+    let p = Policy::new(t);
+    assert_eq!(
+        (p.on_lost, p.on_work_exit),
+        (AfterLoss::Contend, AfterWorkExit::Release)
+    );
+    assert!(p.release_on_shutdown && !p.preempt);
 }
 
 /// A slow `work_stopped` (a proxy closing its connections) is awaited before the release.

@@ -8,6 +8,7 @@ use crate::lease::Term;
 
 /// This replica's current term, as published.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct TermView {
     /// The fencing token of the term.
     pub fence: u64,

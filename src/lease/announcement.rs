@@ -11,6 +11,7 @@ pub(crate) const MAX_FIELD_BYTES: usize = 256;
 /// One announcement on the release channel. What it says was heard, not read: a hint of
 /// what to read in Redis, never the truth about the lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Announcement {
     /// `{"event":"released","holder","fence","reserved_for"}`: a leader let go, possibly
     /// reserving the lease for a successor.

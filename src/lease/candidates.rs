@@ -8,6 +8,7 @@ use super::Observed;
 
 /// One registered candidate, as its last heartbeat wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Candidate {
     /// Its identity (`LeaseSpec::holder`).
     pub identity: String,
@@ -35,6 +36,7 @@ pub struct Candidate {
 /// The live candidates, with the Redis server time they were read at, and the lease as the
 /// same read saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Roster {
     /// Redis server time of the read (ms).
     pub now_ms: u64,
@@ -53,6 +55,7 @@ pub struct Roster {
 
 /// What a writing heartbeat found about this replica's own entry (README "Candidates").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Registration {
     /// The registry holds [`MAX_CANDIDATES`] live candidates already: this replica's entry
     /// was not written (it may still lead).
@@ -108,6 +111,25 @@ pub enum Heartbeat<'a> {
     Write(&'a Candidate),
     /// Remove this replica's entry (clean shutdown), then read.
     Remove,
+}
+
+impl Candidate {
+    /// The entry of `identity`, a healthy follower that contends, of priority 0, running
+    /// this version; set the other fields before writing it.
+    pub fn new(identity: &str) -> Self {
+        Candidate {
+            identity: identity.to_owned(),
+            state: "follower".to_owned(),
+            healthy: true,
+            contending: true,
+            priority: 0,
+            address: None,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_at_ms: 0,
+            healthy_since_ms: None,
+            seen_at_ms: 0,
+        }
+    }
 }
 
 impl Candidate {

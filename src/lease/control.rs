@@ -13,6 +13,7 @@ use crate::lease::acl::LeaseScript;
 
 /// One request to hand the leadership over.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HandoverRequest {
     /// Unique per request: answers name it.
     pub id: String,
@@ -25,8 +26,22 @@ pub struct HandoverRequest {
     pub fence: u64,
 }
 
+impl HandoverRequest {
+    /// A request, `id` unique to it, to hand the term of `fence` (0: whichever leads) over to
+    /// `to`, asked by `by`.
+    pub fn new(id: &str, to: &str, by: &str, fence: u64) -> Self {
+        HandoverRequest {
+            id: id.to_owned(),
+            to: to.to_owned(),
+            by: by.to_owned(),
+            fence,
+        }
+    }
+}
+
 /// A message on the control channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ControlMessage {
     /// `{"event":"handover","id","to","by"}`: someone asks the leader to hand over.
     Request(HandoverRequest),

@@ -115,7 +115,7 @@ pub trait Lease: Send + Sync + 'static {
     /// counter). Empty by default.
     fn eviction_policies(
         &self,
-    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>>> {
         Vec::new()
     }
     /// The candidates' heartbeat: writes, refreshes or removes this replica's entry (or only
@@ -152,7 +152,7 @@ pub trait Lease: Send + Sync + 'static {
 
     /// A watch that changes whenever a release of the lease is published (and at every loss
     /// of the subscription and resubscription, since a release may have been missed
-    /// meanwhile). Its subscription is PINGed every [`LeaseSpec::release_check`];
+    /// meanwhile). Its subscription is PINGed every [`LeaseSpec::with_release_check`] period;
     /// [`ReleaseWatch::is_confirmed`] says whether it can be relied on.
     fn watch_releases(&self) -> ReleaseWatch;
 

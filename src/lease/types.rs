@@ -8,29 +8,30 @@ use tokio::time::Instant;
 
 use crate::conn::{FailureKind, RedisFailure};
 
-/// What identifies one lease and how long a term lasts.
+/// What identifies one lease and how long a term lasts: [`LeaseSpec::new`] with the
+/// defaults, the `with_` methods change one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseSpec {
     /// The election name; it becomes the `{name}` hash tag of every key.
-    pub name: String,
+    pub(crate) name: String,
     /// Prefix of every key, `leaderd:` by default.
-    pub key_prefix: String,
+    pub(crate) key_prefix: String,
     /// Who is asking: written as `holder` in the lease so others can see who leads.
-    pub holder: String,
+    pub(crate) holder: String,
     /// TTL of the lease in Redis.
-    pub lease_duration: Duration,
+    pub(crate) lease_duration: Duration,
     /// Timeout of a single command when the caller gives none.
-    pub command_timeout: Duration,
+    pub(crate) command_timeout: Duration,
     /// Timeout of connecting to Redis.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// The address this holder advertises to the others while it holds the lease (stored
     /// as the lease's `address` field), e.g. for a proxy to reach the leader.
-    pub address: Option<String>,
+    pub(crate) address: Option<String>,
     /// How often the release subscription is checked (the daemon's `retry_period`): it is
     /// PINGed this often, each PING given half of it to answer, so a silently dead
     /// subscription is noticed within one and a half of it; a follower relies on the
     /// subscription only while it answers.
-    pub release_check: Duration,
+    pub(crate) release_check: Duration,
 }
 
 impl LeaseSpec {
@@ -47,6 +48,63 @@ impl LeaseSpec {
             address: None,
             release_check: lease_duration * 2 / 15,
         }
+    }
+
+    /// Prefix of every key (`leaderd:` by default).
+    pub fn with_key_prefix(mut self, key_prefix: &str) -> Self {
+        self.key_prefix = key_prefix.to_owned();
+        self
+    }
+
+    /// The timeout of a single command when the caller gives none.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// The timeout of connecting to Redis.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The address this holder advertises to the others while it holds the lease (the
+    /// lease's `address` field), e.g. for a proxy to reach the leader.
+    pub fn with_address(mut self, address: &str) -> Self {
+        self.address = Some(address.to_owned());
+        self
+    }
+
+    /// How often the release subscription is checked: PINGed this often, each PING given
+    /// half of it to answer (the daemon uses its `retry_period`).
+    pub fn with_release_check(mut self, every: Duration) -> Self {
+        self.release_check = every;
+        self
+    }
+
+    /// The election name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Who is asking: the `holder` written in the lease.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The TTL of the lease in Redis.
+    pub fn lease_duration(&self) -> Duration {
+        self.lease_duration
+    }
+
+    /// The timeout of a single command when the caller gives none.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// The address this holder advertises, if any.
+    pub fn address(&self) -> Option<&str> {
+        self.address.as_deref()
     }
 
     /// The keys of this lease; they share one hash tag so the scripts run on Redis Cluster.
@@ -77,12 +135,13 @@ impl LeaseSpec {
 
 /// `lease_duration * 0.01 + 2ms`: how much earlier than Redis a client must consider the
 /// lease gone, to allow for the two clocks running at slightly different rates.
-pub fn drift(lease_duration: Duration) -> Duration {
+pub(super) fn drift(lease_duration: Duration) -> Duration {
     lease_duration / 100 + Duration::from_millis(2)
 }
 
 /// The Redis keys of one lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaseKeys {
     /// The lease hash (`holder`, `token`, `fence`, `acquired_at_ms`) with the lease TTL.
     pub lock: String,
@@ -112,6 +171,7 @@ impl LeaseKeys {
 
 /// One term of leadership held by this client.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Term {
     /// Random per term; only its owner can renew or release.
     pub token: String,
@@ -162,6 +222,7 @@ impl Term {
 /// A reserved release: the lease is kept for `successor` alone for `window` (`handover_window`,
 /// docs/protocol.md#handover-window), so that only it contends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Reservation<'a> {
     /// The identity that alone may acquire the lease within the window.
     pub successor: &'a str,
@@ -169,8 +230,16 @@ pub struct Reservation<'a> {
     pub window: std::time::Duration,
 }
 
+impl<'a> Reservation<'a> {
+    /// The lease kept for `successor` alone for `window`.
+    pub fn new(successor: &'a str, window: Duration) -> Self {
+        Reservation { successor, window }
+    }
+}
+
 /// The holder of a lease, as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Holder {
     /// The holder's identity.
     pub holder: String,
@@ -293,6 +362,7 @@ pub enum Acquire {
 
 /// Errors of lease operations, each one a caller can act on.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeaseError {
     /// The lease is held by someone else (from [`crate::lock::Locker::try_lock`]).
     #[error("lease is {0}")]
@@ -334,13 +404,13 @@ impl LeaseError {
 }
 
 /// A new random term token: 128 bits as 32 hex digits.
-pub fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     let bits: u128 = rand::rng().random();
     format!("{bits:032x}")
 }
 
 /// Milliseconds since the Unix epoch.
-pub fn unix_ms(t: SystemTime) -> u64 {
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }

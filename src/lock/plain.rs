@@ -256,7 +256,7 @@ impl Lease for PlainLease {
 
     fn eviction_policies(
         &self,
-    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
+    ) -> Vec<tokio::sync::watch::Receiver<Option<crate::eviction::EvictionPolicy>>> {
         vec![self.endpoint.eviction_policy()]
     }
 }

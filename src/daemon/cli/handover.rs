@@ -11,7 +11,7 @@ use crate::lease::{Control, ControlMessage, HandoverRequest, Heartbeat, Lease};
 use crate::lease::{LeaseError, Observed};
 
 /// Exit code of a refused handover (unknown or unhealthy target, the leader itself).
-pub const EXIT_REFUSED: i32 = 4;
+pub(super) const EXIT_REFUSED: i32 = 4;
 
 /// How a handover ended: the exit code and the line that says so.
 struct Outcome {

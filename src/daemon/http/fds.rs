@@ -4,7 +4,7 @@
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit in force after.
-pub fn raise_nofile_limit() -> Option<u64> {
+pub(crate) fn raise_nofile_limit() -> Option<u64> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
     if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
         return Some(hard);

@@ -6,7 +6,7 @@ use std::fmt;
 
 /// A line from leaderd to the keeper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     /// A new validity, in absolute `CLOCK_MONOTONIC` nanoseconds.
     Extend(u64),
     /// Stop the child: the stop signal, then SIGKILL after the grace period.
@@ -15,7 +15,7 @@ pub enum Request {
 
 impl Request {
     /// Parses one line; `None` for anything else.
-    pub fn parse(line: &str) -> Option<Request> {
+    pub(crate) fn parse(line: &str) -> Option<Request> {
         let mut words = line.split_whitespace();
         match (words.next()?, words.next(), words.next()) {
             ("extend", Some(ns), None) => ns.parse().ok().map(Request::Extend),
@@ -36,7 +36,7 @@ impl fmt::Display for Request {
 
 /// Why the child ended, as the keeper reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// It exited by itself while the term went on.
     Exited,
     /// leaderd asked to stop it.
@@ -51,7 +51,7 @@ pub enum Cause {
 
 impl Cause {
     /// The word used on the wire and in logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Cause::Exited => "exited",
             Cause::Stopped => "stopped",
@@ -76,7 +76,7 @@ impl Cause {
 
 /// A line from the keeper to leaderd.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Report {
+pub(crate) enum Report {
     /// The child runs; its pid is also its process group.
     Started(i32),
     /// The child could not be started, for this reason (an `Ended` with
@@ -88,7 +88,7 @@ pub enum Report {
 
 impl Report {
     /// Parses one line; `None` for anything else.
-    pub fn parse(line: &str) -> Option<Report> {
+    pub(crate) fn parse(line: &str) -> Option<Report> {
         if let Some(error) = line.strip_prefix("not_started ") {
             return Some(Report::NotStarted(error.to_string()));
         }

@@ -3,14 +3,14 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The `hook` values of `leaderd_hook_runs_total`.
-pub const HOOKS: [&str; 3] = ["on_acquired", "on_stepped_down", "on_leader_changed"];
+pub(super) const HOOKS: [&str; 3] = ["on_acquired", "on_stepped_down", "on_leader_changed"];
 /// The `result` values of `leaderd_hook_runs_total`.
-pub const HOOK_RESULTS: [&str; 4] = ["ok", "failed", "timeout", "dropped"];
+pub(super) const HOOK_RESULTS: [&str; 4] = ["ok", "failed", "timeout", "dropped"];
 /// The `target` values of `leaderd_proxy_connections_total`.
-pub const PROXY_TARGETS: [&str; 3] = ["local", "remote", "refused"];
+pub(super) const PROXY_TARGETS: [&str; 3] = ["local", "remote", "refused"];
 
 /// Hook runs and proxied connections.
-pub struct OutputMetrics {
+pub(crate) struct OutputMetrics {
     hook_runs: IntCounterVec,
     proxy_connections: IntCounterVec,
     /// `leaderd_proxy_active_connections`.
@@ -67,13 +67,13 @@ impl OutputMetrics {
     }
 
     /// Counts a hook run (or drop): `hook` of [`HOOKS`], `result` of [`HOOK_RESULTS`].
-    pub fn hook_run(&self, hook: &str, result: &str) {
+    pub(crate) fn hook_run(&self, hook: &str, result: &str) {
         debug_assert!(HOOK_RESULTS.contains(&result), "unknown result {result}");
         self.hook_runs.with_label_values(&[hook, result]).inc();
     }
 
     /// Counts a connection: `local`, `remote` or `refused`.
-    pub fn proxy_connection(&self, target: &str) {
+    pub(crate) fn proxy_connection(&self, target: &str) {
         self.proxy_connections.with_label_values(&[target]).inc();
     }
 }

@@ -12,7 +12,7 @@ use crate::lease::unix_ms;
 impl Snapshot {
     /// The status document as of `now`: a leader whose validity has passed is reported as
     /// `stepping_down`, never as leader, even if the elector has not caught up yet.
-    pub fn document(&self, name: &str, identity: &str, now: Instant) -> StatusDoc {
+    pub(crate) fn document(&self, name: &str, identity: &str, now: Instant) -> StatusDoc {
         let valid = self.valid_term(now);
         let expired_claim = self.phase == Phase::Leader && valid.is_none();
         let (state, leader, fence, leader_address) = if expired_claim {
@@ -45,7 +45,7 @@ impl Snapshot {
 /// its fields are the document's keys.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[allow(missing_docs)]
-pub struct StatusDoc {
+pub(crate) struct StatusDoc {
     pub name: String,
     pub identity: String,
     pub state: Phase,
@@ -64,7 +64,7 @@ pub struct StatusDoc {
 }
 
 /// UTC, RFC 3339 with milliseconds.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(super) fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 

@@ -1,19 +1,11 @@
-//! The published outputs without Redis: the HTTP endpoints and the leader file, driven by a
-//! hand-held state channel.
+//! The HTTP endpoints and their metrics without Redis, driven by a hand-held state channel:
+//! probes, the status document, the event stream and `/metrics`.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-mod support;
-
-use leaderd::http::{serve, HttpContext, ReadyWhen};
-use leaderd::metrics::Metrics;
-use leaderd::publish::run_leader_file;
-use leaderd::state::{Phase, Progress, Snapshot, TermView};
 use serde_json::Value;
-use support::DOC_KEYS;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -21,51 +13,17 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
-const NAME: &str = "orders";
-const ME: &str = "pod-a";
+use super::{serve, HttpContext, ReadyWhen};
+use crate::daemon::metrics::Metrics;
+use crate::daemon::state::samples::{
+    assert_document_shape, follower, leader, with_phase, ME, NAME,
+};
+use crate::daemon::state::{Phase, Progress, Snapshot};
 
-// ---- snapshots -------------------------------------------------------------------------
-
-fn leader(valid_for: Duration) -> Snapshot {
-    let now = SystemTime::now();
-    Snapshot {
-        phase: Phase::Leader,
-        leader: Some(ME.into()),
-        fence: Some(7),
-        term: Some(TermView {
-            fence: 7,
-            acquired_at: now,
-            valid_until: Instant::now() + valid_for,
-            valid_until_wall: now + valid_for,
-        }),
-        observed_at: now,
-        healthy: true,
-        leader_address: None,
-        priority: 0,
-        sitting_out: false,
-    }
-}
-
-fn follower() -> Snapshot {
-    Snapshot {
-        phase: Phase::Follower,
-        leader: Some("pod-b".into()),
-        fence: Some(3),
-        term: None,
-        observed_at: SystemTime::now(),
-        healthy: true,
-        leader_address: None,
-        priority: 0,
-        sitting_out: false,
-    }
-}
-
-fn with_phase(phase: Phase) -> Snapshot {
-    Snapshot {
-        phase,
-        ..Snapshot::starting(true)
-    }
-}
+/// `promtool check metrics`, as the integration tests run it.
+#[path = "../../../tests/support/tools.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod tools;
 
 // ---- a tiny HTTP/1.1 client ------------------------------------------------------------
 
@@ -246,18 +204,6 @@ async fn readyz_always_is_ready_between_start_and_stop() {
     server.tx.send(with_phase(Phase::Stopped)).unwrap();
     assert_eq!(get(server.addr, "/readyz").await.status, 503);
     server.stop().await;
-}
-
-fn assert_document_shape(doc: &Value) {
-    let object = doc.as_object().expect("an object");
-    assert_eq!(object.len(), DOC_KEYS.len(), "{doc}");
-    for key in DOC_KEYS {
-        assert!(object.contains_key(key), "missing {key} in {doc}");
-    }
-    assert_eq!(doc["name"], NAME);
-    assert_eq!(doc["identity"], ME);
-    assert!(doc["observed_at"].as_str().unwrap().ends_with('Z'));
-    assert!(doc["observed_at_ms"].as_u64().is_some());
 }
 
 #[tokio::test]
@@ -445,7 +391,7 @@ async fn metrics_carry_every_series_and_follow_the_validity() {
     let server = default_server(leader(validity)).await;
     server
         .metrics
-        .renewal(leaderd::election::RenewResult::Ok, Duration::from_millis(3));
+        .renewal(crate::election::RenewResult::Ok, Duration::from_millis(3));
     let reply = get(server.addr, "/metrics").await;
     assert_eq!(reply.status, 200);
     assert_eq!(
@@ -478,7 +424,7 @@ async fn metrics_carry_every_series_and_follow_the_validity() {
     assert_eq!(fence, Some(7.0));
     let remaining = series_value(&text, r#"leaderd_lease_remaining_seconds{name="orders"}"#);
     assert!(remaining.unwrap() > 0.0);
-    support::tools::promtool_accepts(&text, "/metrics");
+    tools::promtool_accepts(&text, "/metrics");
 
     tokio::time::sleep_until(expires + Duration::from_millis(50)).await;
     let text = get(server.addr, "/metrics").await.body;
@@ -488,93 +434,4 @@ async fn metrics_carry_every_series_and_follow_the_validity() {
     let fence = series_value(&text, r#"leaderd_fence{name="orders"}"#);
     assert_eq!(fence, Some(0.0));
     server.stop().await;
-}
-
-// ---- leader file tests -----------------------------------------------------------------
-
-fn read_doc(path: &Path) -> Option<Value> {
-    let bytes = std::fs::read(path).ok()?;
-    Some(serde_json::from_slice(&bytes).expect("a whole document, never a partial one"))
-}
-
-async fn wait_for_doc(path: &Path, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(doc) = read_doc(path).filter(|d| check(d)) {
-            return doc;
-        }
-        assert!(Instant::now() < deadline, "{what}: {:?}", read_doc(path));
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn spawn_file(path: PathBuf, first: Snapshot) -> (watch::Sender<Snapshot>, JoinHandle<()>) {
-    let (tx, rx) = watch::channel(first);
-    let task = tokio::spawn(run_leader_file(path, NAME.into(), ME.into(), rx));
-    (tx, task)
-}
-
-#[tokio::test]
-async fn leader_file_is_replaced_at_every_change() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("run/leaderd/leader.json");
-    let (tx, task) = spawn_file(path.clone(), Snapshot::starting(true));
-    wait_for_doc(&path, "starting", |d| d["state"] == "starting").await;
-
-    for fence in 1..50u64 {
-        let mut snapshot = follower();
-        snapshot.fence = Some(fence);
-        tx.send(snapshot).unwrap();
-        // Every read parses: the file is never seen half written.
-        let _ = read_doc(&path);
-        tokio::task::yield_now().await;
-    }
-    let doc = wait_for_doc(&path, "last follower", |d| d["fence"] == 49).await;
-    assert_document_shape(&doc);
-    assert_eq!(doc["leader"], "pod-b");
-    assert!(std::fs::read(&path).unwrap().ends_with(b"}\n"));
-    assert!(!dir.path().join("run/leaderd/leader.json.tmp").exists());
-    drop(tx);
-    timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap();
-}
-
-#[tokio::test]
-async fn leader_file_stops_claiming_when_the_validity_passes() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("leader.json");
-    let (tx, task) = spawn_file(path.clone(), follower());
-    wait_for_doc(&path, "follower", |d| d["state"] == "follower").await;
-
-    tx.send(leader(Duration::from_millis(200))).unwrap();
-    let doc = wait_for_doc(&path, "leader", |d| d["is_leader"] == true).await;
-    assert_eq!(doc["fence"], 7);
-    let doc = wait_for_doc(&path, "expired", |d| d["is_leader"] == false).await;
-    assert_eq!(doc["state"], "stepping_down");
-    assert!(doc["lease_valid_until_ms"].is_null());
-    drop(tx);
-    timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap();
-}
-
-#[tokio::test]
-async fn leader_file_ends_stopped_when_the_sender_is_dropped() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("leader.json");
-    let (tx, task) = spawn_file(path.clone(), leader(Duration::from_secs(30)));
-    wait_for_doc(&path, "leader", |d| d["is_leader"] == true).await;
-
-    tx.send(with_phase(Phase::Stopped)).unwrap();
-    drop(tx);
-    timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the task returns when the channel closes")
-        .unwrap();
-    let doc = read_doc(&path).unwrap();
-    assert_eq!(doc["state"], "stopped");
-    assert_eq!(doc["is_leader"], false);
 }
