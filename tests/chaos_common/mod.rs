@@ -7,6 +7,9 @@
 //! Options (environment): `CHAOS_SECONDS`, `CHAOS_SEED` (the fault schedule's random seed),
 //! `CHAOS_EXEC=1` (replicas run a child in exec mode that writes `<unix_ms> <fence>` lines,
 //! checked against the terms), `CHAOS_OUT` (default `target/tmp/chaos-<label>`).
+// Each mode (chaos.rs, chaos_sentinel.rs, chaos_redlock.rs) compiles this harness and
+// injects its own kinds of fault: what one mode leaves unused (a `Kind`, `Replicas::inject`,
+// `handover_in_background`) another uses, so unused items are not reported here.
 #![allow(dead_code)]
 
 pub mod clock;
