@@ -165,7 +165,7 @@ fn replica(name: &str, id: &str, redis: &RedisServer, hooks_out: &Path) -> Repli
 
 /// Three replicas of `name` whose followers all name the same leader: they and its index.
 fn three(redis: &RedisServer, name: &str, dir: &Path) -> (Vec<Replica>, usize) {
-    seed_fence(&redis, name);
+    seed_fence(redis, name);
     let rs: Vec<Replica> = ["a", "b", "c"]
         .iter()
         .map(|id| replica(name, id, redis, dir))

@@ -83,7 +83,7 @@ struct Handed {
 /// `a` takes the lease and releases it reserved for `b` (whose acquires need `b_acks`
 /// replicas), which acquires as soon as it hears; `sub` is drained of `a`'s `acquired`.
 async fn reserve_for_b(redis: &RedisServer, name: &str, b_acks: u32, sub: &mut RespConn) -> Handed {
-    seed_fence(&redis, name);
+    seed_fence(redis, name);
     let a = backend(redis, name, "a", 0);
     let b = backend(redis, name, "b", b_acks);
     hand_over(&a, &b, std::slice::from_mut(sub)).await
