@@ -10,13 +10,13 @@
 mod support;
 
 mod bench {
-    pub mod cluster;
     pub mod election;
     pub mod followers;
     pub mod lock;
     pub mod proxy;
     pub mod registry;
     pub mod stats;
+    pub mod timings;
 }
 
 use std::path::PathBuf;

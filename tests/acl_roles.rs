@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::daemon::run_cli;
-use support::{minimal_acl, new_token, wait_until, Daemon, DaemonOpts, RedisServer, Reply};
+use support::{keys, minimal_acl, new_token, wait_until, Daemon, DaemonOpts, RedisServer, Reply};
 
 const OPERATOR: &str = "leaderd-operator";
 
@@ -116,10 +116,10 @@ fn an_operator_runs_status_and_handover_and_cannot_write_the_election() {
     let mut c = server.connect(Duration::from_secs(5)).unwrap();
     let auth = c.call(&["AUTH", OPERATOR, &operator_pw]).unwrap().render();
     assert_eq!(auth, "OK");
-    let lock = format!("leaderd:{{{name}}}:lock");
-    let fence = format!("leaderd:{{{name}}}:fence");
-    let candidates = format!("leaderd:{{{name}}}:candidates");
-    let released = format!("leaderd:{{{name}}}:released");
+    let lock = keys(name).lock;
+    let fence = keys(name).fence;
+    let candidates = keys(name).candidates;
+    let released = keys(name).released;
     // A script the operator may load and run (EVALSHA): its own commands are checked too.
     let write = "return redis.call('HSET', KEYS[1], 'holder', 'evil')";
     let sha = match c.call(&["SCRIPT", "LOAD", write]).unwrap() {

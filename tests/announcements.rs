@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use leaderd::handover::{Announcement, ReleaseWatch};
 use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient, Term};
-use support::{wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{seed_fence, wait_until, Daemon, DaemonOpts, RedisServer};
 use tokio::time::timeout;
 
 const BOUND: Duration = Duration::from_secs(15);
@@ -23,11 +23,6 @@ fn spec(name: &str, holder: &str) -> LeaseSpec {
 fn backend(url: &str, name: &str, holder: &str, acks: u32) -> Backend {
     let redis = RedisSpec::single(url).with_min_replicas_ack(acks);
     Backend::connect(&redis, spec(name, holder)).expect("url")
-}
-
-fn seed(redis: &RedisServer, name: &str) {
-    let key = spec(name, "x").keys().fence;
-    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
 }
 
 fn granted(outcome: Result<Acquire, LeaseError>) -> Term {
@@ -53,7 +48,7 @@ async fn drain(watch: &mut ReleaseWatch, quiet: Duration) -> Vec<Option<Announce
 async fn acquire_and_release_are_announced_as_json() {
     let redis = RedisServer::start();
     let name = "ann-single";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = backend(&redis.url(), name, "a", 0);
     let b = backend(&redis.url(), name, "b", 0);
     let mut watch = b.watch_releases();
@@ -86,7 +81,7 @@ async fn an_acquire_undone_for_want_of_replicas_is_never_announced() {
     // A master without replicas: WAIT 1 gets 0 acknowledgements, the acquire is undone.
     let redis = RedisServer::start();
     let name = "ann-wait";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = backend(&redis.url(), name, "a", 1);
     let b = backend(&redis.url(), name, "b", 0);
     let mut watch = b.watch_releases();
@@ -127,7 +122,7 @@ async fn redlock_announces_a_term_once_its_majority_is_confirmed() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let name = "ann-redlock";
     for n in &nodes {
-        seed(n, name);
+        seed_fence(n, name);
     }
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let a = RedlockClient::connect(&urls, spec(name, "a")).expect("redlock");
@@ -161,7 +156,7 @@ const ANNOUNCED_BOUND_MS: i64 = 50;
 fn followers_name_a_new_leader_at_its_announcement() {
     let redis = RedisServer::start();
     let name = "ann-daemons";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let opts = |identity: &str| {
         let mut o = DaemonOpts::new(name, identity, &redis.url());
         o.lease = "6s".into();

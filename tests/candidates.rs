@@ -3,23 +3,17 @@
 //! `leaderd_candidates` gauge list them; a SIGKILLed replica is gone within `lease_duration`,
 //! a clean shutdown removes its entry; `election.priority` out of range is one clear line.
 
-mod daemon_common;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use daemon_common::metric;
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::{wait_until, Daemon, DaemonOpts, RedisServer};
+use support::metrics::metric;
+use support::{seed_fence, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const BOUND: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(50);
-
-fn seed(redis: &RedisServer, name: &str) {
-    let key = format!("leaderd:{{{name}}}:fence");
-    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
-}
 
 fn opts(redis: &RedisServer, name: &str, identity: &str, priority: u32, port: u16) -> DaemonOpts {
     let mut o = DaemonOpts::new(name, identity, &redis.url());
@@ -36,7 +30,7 @@ fn opts(redis: &RedisServer, name: &str, identity: &str, priority: u32, port: u1
 fn replicas_register_are_listed_and_leave() {
     let redis = RedisServer::start();
     let name = "cand";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let mut ds: Vec<Daemon> = [("a", 10, 1), ("b", 30, 2), ("c", 20, 3)]
         .iter()
         .map(|&(id, p, port)| Daemon::spawn(&opts(&redis, name, id, p, port)))
@@ -149,7 +143,7 @@ fn replicas_register_are_listed_and_leave() {
     let last_id = ds[last].identity().to_string();
     ds[last].signal(Signal::SIGTERM);
     assert_eq!(ds[last].wait_exit(BOUND), Some(0));
-    let key = format!("leaderd:{{{name}}}:candidates");
+    let key = support::keys(name).candidates;
     assert_eq!(
         redis.cmd(&["HEXISTS", &key, &last_id]),
         "0",

@@ -29,7 +29,7 @@ use chaos_common::{
 };
 use rand::rngs::StdRng;
 use rand::Rng;
-use support::{Proxy, RedisServer, Term};
+use support::{keys, Proxy, RedisServer, Term};
 
 const LEASE_MS: u64 = 1000;
 const TIMINGS: Timings = Timings {
@@ -123,7 +123,7 @@ impl World {
         if !self.redis.is_running() {
             return None;
         }
-        let key = format!("leaderd:{{{NAME}}}:lock");
+        let key = keys(NAME).lock;
         let holder = self
             .redis
             .try_cmd(&["HGET", &key, "holder"], Duration::from_millis(300))

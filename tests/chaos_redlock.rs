@@ -23,7 +23,7 @@ use chaos_common::{
 };
 use rand::rngs::StdRng;
 use rand::Rng;
-use support::{Proxy, RedisServer};
+use support::{keys, seed_fence, Proxy, RedisServer};
 
 const NODES: usize = 5;
 const LEASE_MS: u64 = 1000;
@@ -83,10 +83,7 @@ impl World {
         let nodes: Vec<RedisServer> = (0..NODES).map(|_| RedisServer::start()).collect();
         // The election exists already (skip the first-start quarantine).
         for n in &nodes {
-            assert_eq!(
-                n.cmd(&["SET", &format!("leaderd:{{{NAME}}}:fence"), "1000"]),
-                "OK"
-            );
+            seed_fence(n, NAME);
         }
         let proxies: Vec<Proxy> = nodes.iter().map(|n| Proxy::start(n.addr())).collect();
         let list: Vec<String> = proxies.iter().map(|p| format!("\"{}\"", p.url())).collect();
@@ -103,7 +100,7 @@ impl World {
 
     /// The holder most nodes name, asked directly (faulted nodes are skipped).
     fn leader(&self) -> Option<usize> {
-        let key = format!("leaderd:{{{NAME}}}:lock");
+        let key = keys(NAME).lock;
         let mut votes: HashMap<usize, usize> = HashMap::new();
         for (n, node) in self.nodes.iter().enumerate() {
             if self.node_busy[n] {

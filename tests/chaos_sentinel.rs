@@ -30,7 +30,7 @@ use chaos_common::{
 use rand::rngs::StdRng;
 use rand::Rng;
 use support::sentinel::MASTER;
-use support::{resp_cmd, RedisServer, Sentinel};
+use support::{keys, resp_cmd, seed_fence, RedisServer, Sentinel};
 
 /// `command_timeout` of 250 ms: `min_replicas_ack` wants 200 ms or more
 /// (docs/redis-modes.md#min_replicas_ack-single-sentinel-cluster).
@@ -134,8 +134,7 @@ impl World {
         ];
         let (servers, sentinels) = support::sentinel::start_watched_with(&args, data_replicas());
         // The election exists already (skip the first-start quarantine).
-        let fence_key = format!("leaderd:{{{NAME}}}:fence");
-        assert_eq!(servers[0].cmd(&["SET", &fence_key, "1000"]), "OK");
+        seed_fence(&servers[0], NAME);
         let urls: Vec<String> = sentinels.iter().map(Sentinel::url).collect();
         let yaml = format!(
             "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master_name: {MASTER}\n  min_replicas_ack: {}\n",
@@ -174,7 +173,7 @@ impl World {
         if !m.is_running() {
             return None;
         }
-        let key = format!("leaderd:{{{NAME}}}:lock");
+        let key = keys(NAME).lock;
         let holder = m
             .try_cmd(&["HGET", &key, "holder"], Duration::from_millis(300))
             .ok()?;

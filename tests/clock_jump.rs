@@ -11,13 +11,15 @@ mod support;
 
 use std::io::Write as _;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::election::all;
 use support::safety::field_u64;
 use support::{
-    check_logs, terms_from_logs, wait_until, Daemon, DaemonOpts, RedisServer, ShiftedClock, Term,
+    check_logs, keys, now_ms, seed_fence, terms_from_logs, wait_leader, wait_until, Daemon,
+    DaemonOpts, RedisServer, ShiftedClock, Term, SLOW,
 };
 
 /// The single-Redis test's `retry_period` (lease 4 s, renew deadline 2.5 s, command timeout
@@ -34,14 +36,7 @@ const ROUND_TRIP_MS: u64 = 10;
 /// over seen at a load average of 15).
 const SLACK_MS: u64 = 90;
 const JUMP_MS: i64 = 10_000;
-const SLOW: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(5);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 fn record(line: &str) {
     eprintln!("{line}");
@@ -58,13 +53,6 @@ fn record(line: &str) {
 fn leading(d: &Daemon) -> Option<u64> {
     let doc = d.status_doc()?;
     (doc["is_leader"] == true).then(|| doc["fence"].as_u64().unwrap_or(0))
-}
-
-fn wait_leader(daemons: &[Daemon]) -> usize {
-    wait_until(SLOW, Duration::from_millis(50), || {
-        daemons.iter().position(|d| leading(d).is_some())
-    })
-    .expect("a leader within 15 s")
 }
 
 /// Returns right after `d` logged a `renewed` line it had not logged before, so that the
@@ -149,10 +137,7 @@ fn a_redis_clock_jump_overlaps_by_at_most_a_retry_period_and_a_round_trip() {
     let clock = ShiftedClock::new();
     let redis = RedisServer::start_with_env(&[], &clock.env());
     // The election exists already (no first-start quarantine).
-    assert_eq!(
-        redis.cmd(&["SET", &format!("leaderd:{{{name}}}:fence"), "1000"]),
-        "OK"
-    );
+    seed_fence(&redis, name);
     let spawn = |id: &str| {
         let mut o = DaemonOpts::new(name, id, &redis.url());
         (o.lease, o.renew_deadline) = ("4s".into(), "2500ms".into());
@@ -165,7 +150,7 @@ fn a_redis_clock_jump_overlaps_by_at_most_a_retry_period_and_a_round_trip() {
     // The fence of each round's leader, and when its Redis clock jumped.
     let mut jumped = Vec::new();
     for round in 0..rounds {
-        let leader = wait_leader(&daemons);
+        let leader = wait_leader(&daemons, &all(&daemons), SLOW);
         let fence = leading(&daemons[leader]).expect("leads");
         wait_fresh_renew(&daemons[leader]);
         clock.set_offset_ms(JUMP_MS * (round + 1));
@@ -248,19 +233,16 @@ fn a_redlock_node_clock_jump_causes_no_overlap_and_the_leader_keeps_its_term() {
             RedisServer::start_with_env(&[], &env)
         })
         .collect();
-    let lock_key = format!("leaderd:{{{name}}}:lock");
+    let lock_key = keys(name).lock;
     for n in &nodes {
-        assert_eq!(
-            n.cmd(&["SET", &format!("leaderd:{{{name}}}:fence"), "1000"]),
-            "OK"
-        );
+        seed_fence(n, name);
     }
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let mut daemons: Vec<Daemon> = ["r0", "r1"]
         .iter()
         .map(|id| Daemon::spawn(&redlock_opts(name, id, &urls)))
         .collect();
-    let leader = wait_leader(&daemons);
+    let leader = wait_leader(&daemons, &all(&daemons), SLOW);
     let id = daemons[leader].identity().to_string();
     let fence = leading(&daemons[leader]).expect("leads");
     wait_fresh_renew(&daemons[leader]);
@@ -309,10 +291,7 @@ fn a_redlock_node_clock_jump_causes_no_overlap_and_the_leader_keeps_its_term() {
 fn jumps_of_leaderds_own_wall_clock_change_nothing() {
     let name = "clock-jump-leaderd";
     let redis = RedisServer::start();
-    assert_eq!(
-        redis.cmd(&["SET", &format!("leaderd:{{{name}}}:fence"), "1000"]),
-        "OK"
-    );
+    seed_fence(&redis, name);
     let clocks = [ShiftedClock::new(), ShiftedClock::new()];
     let mut daemons: Vec<Daemon> = ["r0", "r1"]
         .iter()
@@ -323,7 +302,7 @@ fn jumps_of_leaderds_own_wall_clock_change_nothing() {
             Daemon::spawn(&o)
         })
         .collect();
-    let leader = wait_leader(&daemons);
+    let leader = wait_leader(&daemons, &all(&daemons), SLOW);
     let follower = 1 - leader;
     let fence = leading(&daemons[leader]).expect("leads");
     const HOUR: i64 = 3_600_000;

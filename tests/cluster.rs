@@ -8,10 +8,10 @@
 mod support;
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{check_logs, keys, now_ms, seed_fence, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const NAME: &str = "cluster-election";
 const LEASE_MS: u64 = 3000;
@@ -70,13 +70,6 @@ fn by_port(servers: &[RedisServer], port: u16) -> &RedisServer {
     servers.iter().find(|s| s.port() == port).expect("ours")
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 /// A daemon leading with a validity from an acquire or renew sent after `after_ms`.
 fn leader_after(daemons: &[Daemon], after_ms: u64, bound: Duration) -> Option<String> {
     wait_until(bound, Duration::from_millis(100), || {
@@ -127,7 +120,7 @@ fn six_node_cluster() -> (Vec<RedisServer>, u16, Node) {
         "{}",
         String::from_utf8_lossy(&created.stdout)
     );
-    let lock = format!("leaderd:{{{NAME}}}:lock");
+    let lock = keys(NAME).lock;
     let slot: u16 = servers[0]
         .cmd(&["CLUSTER", "KEYSLOT", &lock])
         .parse()
@@ -145,13 +138,10 @@ fn six_node_cluster() -> (Vec<RedisServer>, u16, Node) {
 #[test]
 fn lease_survives_resharding_and_failover_of_its_shard() {
     let (servers, slot, owner) = six_node_cluster();
-    let lock = format!("leaderd:{{{NAME}}}:lock");
-    let fence = format!("leaderd:{{{NAME}}}:fence");
+    let lock = keys(NAME).lock;
+    let fence = keys(NAME).fence;
     // The election exists already (skip the first-start quarantine).
-    assert_eq!(
-        by_port(&servers, owner.port).cmd(&["SET", &fence, "1000"]),
-        "OK"
-    );
+    seed_fence(by_port(&servers, owner.port), NAME);
 
     let seeds: Vec<String> = servers[..3]
         .iter()
@@ -333,11 +323,8 @@ fn acquired_since(daemons: &[Daemon], after_ms: u64) -> Option<(String, u64)> {
 #[test]
 fn right_after_a_failover_renewals_and_handovers_are_quick() {
     let (mut servers, slot, mut owner) = six_node_cluster();
-    let fence = format!("leaderd:{{{NAME}}}:fence");
-    assert_eq!(
-        by_port(&servers, owner.port).cmd(&["SET", &fence, "1000"]),
-        "OK"
-    );
+    let _fence = keys(NAME).fence;
+    seed_fence(by_port(&servers, owner.port), NAME);
     let seeds: Vec<String> = servers
         .iter()
         .map(|s| format!("redis://127.0.0.1:{}", s.port()))

@@ -7,7 +7,6 @@
 //! slack a debug build on a loaded 2-core machine needs stated beside it; waits for
 //! something to happen are generous.
 
-mod daemon_common;
 mod support;
 
 use std::collections::BTreeSet;
@@ -16,8 +15,11 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use daemon_common::*;
-use support::{wait_until, DOC_KEYS};
+use support::election::watch_release;
+use support::logs::*;
+use support::metrics::parse_metrics;
+use support::replicas::*;
+use support::{now_ms, wait_until, DOC_KEYS, POLL, SLOW};
 
 const EXIT_WAIT: Duration = Duration::from_secs(5);
 /// SIGTERM of the leader to the successor's `acquired_at`: the target is 10 ms (BENCHMARKS.md,
@@ -40,7 +42,7 @@ fn assert_doc_shape(doc: &Value) {
     assert_eq!(keys_of(doc), want, "status document shape: {doc}");
 }
 
-fn status_json(c: &Cluster, via: usize) -> (Option<i32>, Value) {
+fn status_json(c: &Replicas, via: usize) -> (Option<i32>, Value) {
     let out = c.daemons[via].cli(&["status", "--json"]);
     let doc: Value = serde_json::from_str(out.stdout.trim())
         .unwrap_or_else(|e| panic!("status --json printed no JSON ({e}): {out:?}"));
@@ -130,7 +132,7 @@ fn sse_documents(body: &str) -> Vec<Value> {
 
 #[test]
 fn one_leader_after_quarantine_and_every_replica_agrees() {
-    let c = Cluster::start("agree", 3, false, "");
+    let c = Replicas::start("agree", 3, false, "");
     let name = c.name.clone();
     let all = c.all();
 
@@ -148,7 +150,7 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
     // The placeholder (empty holder) and when the server set it, unless already gone.
     let placeholder = c
         .redis
-        .cmd(&["HMGET", &c.lock_key(), "holder", "acquired_at_ms"]);
+        .cmd(&["HMGET", &c.keys().lock, "holder", "acquired_at_ms"]);
     let quarantine_set_ms: Option<u64> = match placeholder.split_once('\n') {
         Some(("", at)) => Some(at.parse().expect("the placeholder's acquired_at_ms")),
         _ => None,
@@ -353,7 +355,7 @@ fn one_leader_after_quarantine_and_every_replica_agrees() {
 }
 
 fn metric_value(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    daemon_common::metric(text, metric, labels)
+    support::metrics::metric(text, metric, labels)
 }
 
 /// `leaderd_leader_transitions_total{began}` of `d`.
@@ -365,7 +367,7 @@ fn began(d: &support::Daemon, how: &str) -> f64 {
 
 #[test]
 fn sigterm_leader_exits_0_and_hands_over_quickly() {
-    let mut c = Cluster::start("sigterm", 3, false, "");
+    let mut c = Replicas::start("sigterm", 3, false, "");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence1 = c.daemons[l].status_doc().unwrap()["fence"]
         .as_u64()
@@ -391,7 +393,7 @@ fn sigterm_leader_exits_0_and_hands_over_quickly() {
     let code = c.daemons[l].wait_exit(EXIT_WAIT);
     assert_eq!(code, Some(0), "SIGTERM: exit 0");
     // It released before it exited: the lease is no longer its own.
-    let holder = c.redis.cmd(&["HGET", &c.lock_key(), "holder"]);
+    let holder = c.redis.cmd(&["HGET", &c.keys().lock, "holder"]);
     assert_ne!(
         holder,
         c.identity(l),
@@ -513,25 +515,13 @@ const SIGKILL_DRIFT_MS: i64 = 152;
 #[test]
 fn sigkill_leader_is_replaced_once_its_lease_expires() {
     let name = "sigkill";
-    let redis = support::RedisServer::start();
-    assert_eq!(redis.cmd(&["SET", "leaderd:{sigkill}:fence", "1000"]), "OK");
-    let url = redis.url();
-    let spawn = |id: &str| {
-        let mut o = support::DaemonOpts::new(name, id, &url);
-        o.extra_yaml = SIGKILL_TIMINGS.into();
-        support::Daemon::spawn(&o)
-    };
-    let mut c = Cluster {
-        name: name.into(),
-        daemons: vec![spawn(IDENTITIES[0])],
-        proxy: None,
-        redis,
-    };
+    let mut c = Replicas::seeded(name, |o| o.extra_yaml = SIGKILL_TIMINGS.into());
+    c.spawn_as(IDENTITIES[0]);
     c.wait_agreed_leader(&[0], SLOW);
     for id in &IDENTITIES[1..] {
         let ms = u64::from_str_radix(&support::new_token()[..8], 16).unwrap() % 2000;
         std::thread::sleep(Duration::from_millis(ms));
-        c.daemons.push(spawn(id));
+        c.spawn_as(id);
     }
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence = c.daemons[l].status_doc().unwrap()["fence"]
@@ -541,7 +531,8 @@ fn sigkill_leader_is_replaced_once_its_lease_expires() {
 
     let killed_at = now_ms();
     c.daemons[l].kill();
-    let dead_valid_until = last_validity(&c.daemons[l], fence);
+    let dead_valid_until =
+        last_valid_until(&c.daemons[l], fence).expect("the term's validity in its log");
 
     let others = c.others(l);
     let n = c.wait_agreed_leader(&others, 2 * SLOW);
@@ -583,7 +574,7 @@ fn sigkill_leader_is_replaced_once_its_lease_expires() {
 
 #[test]
 fn sigstop_leader_resumes_as_not_leader() {
-    let c = Cluster::start("sigstop", 3, false, "");
+    let c = Replicas::start("sigstop", 3, false, "");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence = c.daemons[l].status_doc().unwrap()["fence"]
         .as_u64()
@@ -623,7 +614,7 @@ fn sigstop_leader_resumes_as_not_leader() {
     assert_eq!(down["fence"].as_u64(), Some(fence));
     let reason = str_of(&down, "reason");
     assert!(matches!(reason, "lost" | "deadline"), "{down}");
-    let until = last_validity(&c.daemons[l], fence);
+    let until = last_valid_until(&c.daemons[l], fence).expect("the term's validity in its log");
     assert!(
         until <= new_acquired,
         "old validity {until} reaches into the new term at {new_acquired}"
@@ -637,7 +628,7 @@ fn sigstop_leader_resumes_as_not_leader() {
 
 #[test]
 fn sigusr1_yields_releases_and_sits_out_one_lease() {
-    let mut c = Cluster::start("yield", 3, false, "");
+    let mut c = Replicas::start("yield", 3, false, "");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence = c.daemons[l].status_doc().unwrap()["fence"]
         .as_u64()
@@ -694,14 +685,14 @@ fn sigusr1_yields_releases_and_sits_out_one_lease() {
 
 #[test]
 fn on_lost_exit_leader_exits_1_when_its_lease_is_taken() {
-    let mut c = Cluster::start("onlost", 3, false, "election:\n  on_lost: exit\n");
+    let mut c = Replicas::start("onlost", 3, false, "election:\n  on_lost: exit\n");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence = c.daemons[l].status_doc().unwrap()["fence"]
         .as_u64()
         .unwrap();
 
     // Someone else's term now holds the key (its token is no longer ours).
-    let key = c.lock_key();
+    let key = c.keys().lock;
     c.redis.cmd(&[
         "HSET",
         &key,
@@ -744,7 +735,7 @@ fn on_lost_exit_leader_exits_1_when_its_lease_is_taken() {
 
 #[test]
 fn a_follower_logs_a_new_term_of_the_same_leader() {
-    let mut c = Cluster::start("sameleader", 2, false, "");
+    let mut c = Replicas::start("sameleader", 2, false, "");
     let x = c.wait_agreed_leader(&c.all(), SLOW);
     let y = 1 - x;
     let fence1 = c.daemons[x].status_doc().unwrap()["fence"]

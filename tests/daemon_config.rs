@@ -2,7 +2,6 @@
 //! naming the key (for `check-config` and `run`), `status` exit codes and `--json` shape, and
 //! a taken HTTP address. Runs the real binary.
 
-mod daemon_common;
 mod support;
 
 use std::collections::BTreeSet;
@@ -12,8 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use daemon_common::*;
-use support::{run_cli, CliOutput, Daemon, DaemonOpts, RedisServer};
+use support::{keys, now_ms, run_cli, CliOutput, Daemon, DaemonOpts, RedisServer};
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -271,7 +269,7 @@ fn status_exit_codes_and_json_shape() {
     let dir2 = tempfile::tempdir().unwrap();
     let up = config_for(&redis.url());
     let path = write(dir2.path(), &up);
-    let key = "leaderd:{cfg}:lock";
+    let key = &keys("cfg").lock;
 
     // Vacant: exit 3.
     let (code, doc, out) = status(&path);

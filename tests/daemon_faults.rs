@@ -2,15 +2,16 @@
 //! something else under the lease key. Real redis-server, real `leaderd` processes; every
 //! test with a leader ends with the shared safety checker over all replicas' logs.
 
-mod daemon_common;
 mod support;
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use daemon_common::*;
-use support::{wait_until, Daemon, DaemonOpts, RedisServer};
+use support::logs::*;
+use support::metrics::metric;
+use support::replicas::*;
+use support::{keys, now_ms, wait_until, Daemon, DaemonOpts, RedisServer, POLL, SLOW};
 
 fn fence_of(d: &Daemon) -> u64 {
     d.status_doc().expect("a status document")["fence"]
@@ -31,7 +32,7 @@ fn assert_stepped_down_in_time(ev: &Value) {
 
 #[test]
 fn redis_restarted_empty_leader_steps_down_and_a_new_term_follows_the_quarantine() {
-    let mut c = Cluster::start("restart", 3, false, "");
+    let mut c = Replicas::start("restart", 3, false, "");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence1 = fence_of(&c.daemons[l]);
     wait_event(&c.daemons[l], "renewed", 1, Duration::from_secs(5));
@@ -42,7 +43,8 @@ fn redis_restarted_empty_leader_steps_down_and_a_new_term_follows_the_quarantine
     assert_eq!(down["fence"].as_u64(), Some(fence1));
     assert_stepped_down_in_time(&down);
     println!("leader stepped down: {}", down["reason"]);
-    let old_valid = last_validity(&c.daemons[l], fence1);
+    let old_valid =
+        last_valid_until(&c.daemons[l], fence1).expect("the term's validity in its log");
 
     // Once Redis is back every replica first sees the quarantine, then one leads.
     let all = c.all();
@@ -84,7 +86,7 @@ fn field_is_true(ev: &Value, key: &str) -> bool {
 
 #[test]
 fn slow_then_cut_off_redis_leader_steps_down_in_time_and_a_leader_returns() {
-    let mut c = Cluster::start("proxy", 3, true, "");
+    let mut c = Replicas::start("proxy", 3, true, "");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence1 = fence_of(&c.daemons[l]);
     wait_event(&c.daemons[l], "renewed", 1, Duration::from_secs(5));
@@ -152,7 +154,7 @@ fn slow_then_cut_off_redis_leader_steps_down_in_time_and_a_leader_returns() {
 
 #[test]
 fn on_lost_exit_leader_exits_1_when_redis_is_cut_off() {
-    let mut c = Cluster::start("cutexit", 1, true, "election:\n  on_lost: exit\n");
+    let mut c = Replicas::start("cutexit", 1, true, "election:\n  on_lost: exit\n");
     c.wait_agreed_leader(&[0], SLOW);
     let fence = fence_of(&c.daemons[0]);
     c.proxy().cut();
@@ -172,7 +174,7 @@ fn on_lost_exit_leader_exits_1_when_redis_is_cut_off() {
     c.wait_agreed_leader(&[0], SLOW);
     let fence2 = fence_of(&c.daemons[0]);
     assert!(fence2 > fence);
-    assert_eq!(c.redis.cmd(&["DEL", &c.lock_key()]), "1");
+    assert_eq!(c.redis.cmd(&["DEL", &c.keys().lock]), "1");
     let code = c.daemons[0].wait_exit(Duration::from_secs(5));
     assert_eq!(code, Some(1), "{}", c.daemons[0].log());
     let down = stepped_down(&c.daemons[0]);
@@ -320,14 +322,14 @@ fn wrong_password_is_a_clear_auth_error_and_counted() {
 #[test]
 fn lease_key_of_the_wrong_type_is_reported_and_never_led() {
     let redis = RedisServer::start();
-    let key = "leaderd:{wrongtype}:lock";
+    let key = &keys("wrongtype").lock;
     assert_eq!(redis.cmd(&["SET", key, "somebody else's string"]), "OK");
     let mut d = Daemon::spawn(&DaemonOpts::new("wrongtype", "replica-a", &redis.url()));
     let started = Instant::now();
     let line = wait_until(Duration::from_secs(5), POLL, || {
         warn_lines(&d)
             .into_iter()
-            .find(|e| e.to_string().contains("leaderd:{wrongtype}:lock"))
+            .find(|e| e.to_string().contains(&keys("wrongtype").lock))
     })
     .unwrap_or_else(|| panic!("no error naming the key:\n{}", d.log()));
     println!("wrong type error line: {line}");
@@ -358,7 +360,7 @@ fn lease_key_of_the_wrong_type_is_reported_and_never_led() {
 #[test]
 fn fence_key_of_the_wrong_type_is_named_in_the_logs() {
     let redis = RedisServer::start();
-    let fence = "leaderd:{wrongfence}:fence";
+    let fence = &keys("wrongfence").fence;
     assert_eq!(redis.cmd(&["RPUSH", fence, "foreign"]), "1");
     let mut d = Daemon::spawn(&DaemonOpts::new("wrongfence", "replica-a", &redis.url()));
     let line = wait_until(Duration::from_secs(5), POLL, || {
@@ -368,7 +370,7 @@ fn fence_key_of_the_wrong_type_is_named_in_the_logs() {
     })
     .unwrap_or_else(|| panic!("no error naming the fence key:\n{}", d.log()));
     assert!(
-        !line.to_string().contains("leaderd:{wrongfence}:lock"),
+        !line.to_string().contains(&keys("wrongfence").lock),
         "{line}"
     );
     assert!(d.events_named("acquired").is_empty(), "{}", d.log());
@@ -379,7 +381,7 @@ fn fence_key_of_the_wrong_type_is_named_in_the_logs() {
 
 #[test]
 fn hung_redis_leader_steps_down_by_its_deadline_and_a_leader_returns() {
-    let c = Cluster::start("hung", 3, false, "");
+    let c = Replicas::start("hung", 3, false, "");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence1 = fence_of(&c.daemons[l]);
     wait_event(&c.daemons[l], "renewed", 1, Duration::from_secs(5));
@@ -426,7 +428,7 @@ fn hung_redis_leader_steps_down_by_its_deadline_and_a_leader_returns() {
 /// Redis is still away, not `stepping_down`.
 #[test]
 fn a_redis_frozen_past_the_lease_leaves_no_term_held_for_nobody() {
-    let c = Cluster::start("ghost", 3, false, "");
+    let c = Replicas::start("ghost", 3, false, "");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     wait_event(&c.daemons[l], "renewed", 1, Duration::from_secs(5));
     let frozen = Instant::now();

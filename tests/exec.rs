@@ -4,16 +4,17 @@
 //! with their whole process group; `on_exit` both ways; a child that cannot start is a WARN
 //! line of leaderd.
 
-mod exec_common;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use exec_common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::election::lock_exists;
+use support::exec::*;
+use support::logs::{u64_of, wait_event};
 use support::safety::{event_name, field};
-use support::{check_logs, wait_until, Daemon, Proxy, RedisServer};
+use support::{check_logs, wait_leader, wait_until, Daemon, Proxy, RedisServer, POLL, SLOW};
 
 #[test]
 fn children_never_overlap_across_kills_pauses_restarts_and_cuts() {
@@ -73,7 +74,7 @@ fn children_never_overlap_across_kills_pauses_restarts_and_cuts() {
     let _ = wait_event(
         &ds[l],
         "stepped_down",
-        events(&ds[l], "stepped_down").len() + 1,
+        ds[l].events_named("stepped_down").len() + 1,
         SLOW,
     );
     let next = wait_leader(&ds, &all, SLOW);
@@ -126,7 +127,7 @@ fn sigstop_of_leaderd_alone_kills_its_child_before_the_validity() {
     std::thread::sleep(Duration::from_millis(500));
     ds[l].signal(Signal::SIGSTOP); // leaderd alone: not its keeper, not the child
     let paused_at = Instant::now();
-    let fence = u64_of(&events(&ds[l], "acquired")[0], "fence");
+    let fence = u64_of(&ds[l].events_named("acquired")[0], "fence");
     wait_until(Duration::from_secs(4), POLL, || {
         (!alive(child)).then_some(())
     })
@@ -345,22 +346,22 @@ fn on_exit_release_contends_again_and_on_exit_exit_passes_the_code() {
 
     assert_eq!(code7.wait_exit(SLOW), Some(7), "{}", code7.log());
     assert_eq!(sig.wait_exit(SLOW), Some(137), "{}", sig.log());
-    let exited = &events(&sig, "exited")[0];
+    let exited = &sig.events_named("exited")[0];
     assert_eq!(field(exited, "code").and_then(Value::as_i64), Some(137));
     for (d, name) in [(&code7, "x7"), (&sig, "x9")] {
-        let down = &events(d, "stepped_down")[0];
+        let down = &d.events_named("stepped_down")[0];
         assert_eq!(
             field(down, "reason").and_then(Value::as_str),
             Some("child_exit")
         );
         assert!(!lock_exists(&redis, name), "{name}: not released");
-        assert_eq!(events(d, "released").len(), 1);
+        assert_eq!(d.events_named("released").len(), 1);
     }
 
     // release: the term ends, the lease is released, and the replica leads again.
     let second = wait_event(&r, "acquired", 2, SLOW);
-    let first = &events(&r, "acquired")[0];
-    let down = &events(&r, "stepped_down")[0];
+    let first = &r.events_named("acquired")[0];
+    let down = &r.events_named("stepped_down")[0];
     assert_eq!(
         field(down, "reason").and_then(Value::as_str),
         Some("child_exit")
@@ -368,7 +369,7 @@ fn on_exit_release_contends_again_and_on_exit_exit_passes_the_code() {
     assert!(u64_of(&second, "fence") > u64_of(first, "fence"));
     let ended = wait_event(&r, "child_ended", 1, SLOW);
     assert_eq!(u64_of(&ended, "code"), 3);
-    assert!(!events(&r, "released").is_empty());
+    assert!(!r.events_named("released").is_empty());
     let env = std::fs::read_to_string(&env_file).unwrap();
     let line = env.lines().next().unwrap();
     let expect = format!(
@@ -379,7 +380,8 @@ fn on_exit_release_contends_again_and_on_exit_exit_passes_the_code() {
     assert_eq!(line, expect);
     let logs: Vec<(String, Vec<Value>)> = vec![r.safety_log()];
     check_logs(&logs).unwrap();
-    assert!(events(&r, "stepped_down")
+    assert!(r
+        .events_named("stepped_down")
         .iter()
         .all(|e| event_name(e).is_some()));
 }

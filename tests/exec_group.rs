@@ -3,24 +3,21 @@
 //! its group die at once when leaderd or the keeper goes away; leaderd's clean shutdown
 //! still stops the child within the grace period.
 
-mod exec_common;
 mod support;
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use exec_common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
+use support::election::lock_exists;
+use support::exec::*;
+use support::logs::wait_event;
 use support::safety::field;
-use support::{check_logs, unix_ms, wait_until, Daemon, RedisServer};
+use support::{check_logs, now_ms, wait_until, Daemon, RedisServer, POLL, SLOW};
 
 /// "At once": the child's last heartbeat comes at most this long after the kill.
 const AT_ONCE_MS: u64 = 150;
-
-fn now_ms() -> u64 {
-    unix_ms(SystemTime::now())
-}
 
 /// A leader in a process group of its own whose child has written a few heartbeats;
 /// returns it and its child's pid (the child's group).

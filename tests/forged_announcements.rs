@@ -17,7 +17,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::safety::field_u64;
-use support::{free_port, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{free_port, keys, seed_fence, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const BOUND: Duration = Duration::from_secs(20);
 const STEP: Duration = Duration::from_millis(20);
@@ -83,7 +83,7 @@ impl Publisher {
         let mut p = Publisher { reader, writer };
         p.send(&resp(&["AUTH", "pub", PUB_PASSWORD]), 1);
         assert_eq!(p.line(), "+OK", "pub logs in");
-        p.send(&resp(&["SET", "leaderd:{x}:lock", "evil"]), 1);
+        p.send(&resp(&["SET", &keys("x").lock, "evil"]), 1);
         let refused = p.line();
         assert!(refused.starts_with("-NOPERM"), "its SET: {refused}");
         p
@@ -130,7 +130,7 @@ fn forged_acquired(holder: &str, fence: u64, address: &str) -> String {
 }
 
 fn released_channel(name: &str) -> String {
-    format!("leaderd:{{{name}}}:released")
+    keys(name).released
 }
 
 /// A hook that appends `$LEADERD_EVENT $LEADERD_LEADER` to `out`.
@@ -165,10 +165,7 @@ fn replica(name: &str, id: &str, redis: &RedisServer, hooks_out: &Path) -> Repli
 
 /// Three replicas of `name` whose followers all name the same leader: they and its index.
 fn three(redis: &RedisServer, name: &str, dir: &Path) -> (Vec<Replica>, usize) {
-    assert_eq!(
-        redis.cmd(&["SET", &format!("leaderd:{{{name}}}:fence"), "1000"]),
-        "OK"
-    );
+    seed_fence(redis, name);
     let rs: Vec<Replica> = ["a", "b", "c"]
         .iter()
         .map(|id| replica(name, id, redis, dir))

@@ -4,16 +4,14 @@
 //! request whose message was missed), exec mode's order, preemption, the reserved release after
 //! SIGTERM, a target that dies inside the window, and Redlock.
 
-mod daemon_common;
-mod exec_common;
 mod support;
 
 use std::io::Write;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::{run_cli, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{keys, now_ms, run_cli, seed_fence, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const BOUND: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(50);
@@ -23,18 +21,6 @@ const LEASE_MS: u64 = 3000;
 /// debug build on a loaded 2-core machine (50 ms seen with 8 tests side by side at a load
 /// average of 17).
 const HANDOVER_BOUND_MS: i64 = 100;
-
-fn seed(redis: &RedisServer, name: &str) {
-    let key = format!("leaderd:{{{name}}}:fence");
-    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// A replica with `priority`; `election` is more YAML under `election:` (indented by 2).
 fn opts(url: &str, name: &str, id: &str, priority: u32, election: &str) -> DaemonOpts {
@@ -83,10 +69,10 @@ fn new_leader(d: &Daemon, not: &str, above: u64) -> (String, u64) {
 /// What a refused or failed handover must leave alone: the lease's token and fence, the
 /// counter, and no request key.
 fn redis_state(redis: &RedisServer, name: &str) -> (String, String, String) {
-    let base = format!("leaderd:{{{name}}}");
-    let lock = redis.cmd(&["HMGET", &format!("{base}:lock"), "token", "fence"]);
-    let fence = redis.cmd(&["GET", &format!("{base}:fence")]);
-    let pending = redis.cmd(&["EXISTS", &format!("{base}:handover")]);
+    let k = keys(name);
+    let lock = redis.cmd(&["HMGET", &k.lock, "token", "fence"]);
+    let fence = redis.cmd(&["GET", &k.fence]);
+    let pending = redis.cmd(&["EXISTS", &k.handover]);
     (lock, fence, pending)
 }
 
@@ -102,15 +88,11 @@ fn one_line(out: &support::CliOutput) -> String {
     lines[0].to_string()
 }
 
-fn events(d: &Daemon, name: &str) -> Vec<Value> {
-    d.events_named(name)
-}
-
 #[test]
 fn handover_to_a_named_target_then_to_the_best_successor() {
     let redis = RedisServer::start();
     let name = "hv";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
     assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 10, ""));
@@ -120,7 +102,7 @@ fn handover_to_a_named_target_then_to_the_best_successor() {
     let (_, metrics) = c.get("/metrics");
     for reason in ["handover", "preempted"] {
         let labels = [("reason", reason)];
-        let v = daemon_common::metric(&metrics, "leaderd_step_downs_total", &labels);
+        let v = support::metrics::metric(&metrics, "leaderd_step_downs_total", &labels);
         assert_eq!(v, Some(0.0), "{reason} at 0 from the start");
     }
 
@@ -142,12 +124,12 @@ fn handover_to_a_named_target_then_to_the_best_successor() {
         line.contains(&format!("(fence {f2}) in ")),
         "{line} vs fence {f2}"
     );
-    let asked = &events(&a, "handover_requested")[0];
+    let asked = &a.events_named("handover_requested")[0];
     assert_eq!(
         (asked["to"].as_str(), asked["by"].as_str()),
         (Some("b"), Some("ops"))
     );
-    let down = events(&a, "stepped_down");
+    let down = a.events_named("stepped_down");
     assert_eq!(down[0]["reason"], "handover");
 
     // Without --to: the best successor besides the leader b is c (priority 20).
@@ -170,7 +152,7 @@ fn handover_to_a_named_target_then_to_the_best_successor() {
 fn bad_requests_are_refused_in_one_line_and_change_nothing() {
     let redis = RedisServer::start();
     let name = "bad";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let mut a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
     assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
@@ -191,7 +173,7 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
         assert_eq!(redis_state(&redis, name), before, "--to {to} changed Redis");
         // The leader checked the request itself, and says so.
         let refused = wait_until(BOUND, POLL, || {
-            events(&a, "handover_refused").get(i).cloned()
+            a.events_named("handover_refused").get(i).cloned()
         })
         .expect("the leader logs the refusal");
         assert_eq!(refused["to"].as_str(), Some(to), "{refused}");
@@ -229,7 +211,7 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
     let out = run_cli(&["handover", "--config", &path], &[], BOUND);
     assert_eq!(out.code, Some(3), "{out:?}");
     assert!(one_line(&out).contains("nobody leads"), "{out:?}");
-    assert_eq!(redis.cmd(&["EXISTS", "leaderd:{vacant}:handover"]), "0");
+    assert_eq!(redis.cmd(&["EXISTS", &keys("vacant").handover]), "0");
 
     // A priority out of range: exit 2, one line naming the key.
     let path = write("prio.yaml", cfg(&opts(&redis.url(), name, "ops", 1001, "")));
@@ -254,12 +236,12 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
 
     // The leader's own check: a request written without the CLI (its message missed, so
     // only renew.lua tells), and one published, for targets it refuses.
-    let key = format!("leaderd:{{{name}}}:handover");
-    let chan = format!("leaderd:{{{name}}}:control");
+    let key = keys(name).handover;
+    let chan = keys(name).control;
     redis.cmd(&["HSET", &key, "id", "r1", "to", "ghost", "by", "raw"]);
     redis.cmd(&["PEXPIRE", &key, "5000"]);
     let refused = wait_until(BOUND, POLL, || {
-        events(&a, "handover_refused").get(3).cloned()
+        a.events_named("handover_refused").get(3).cloned()
     })
     .expect("the leader refuses the missed request");
     assert_eq!(
@@ -275,7 +257,7 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
     let msg = r#"{"event":"handover","id":"r2","to":"u","by":"raw"}"#;
     redis.cmd(&["PUBLISH", &chan, msg]);
     let refused = wait_until(BOUND, POLL, || {
-        events(&a, "handover_refused").get(4).cloned()
+        a.events_named("handover_refused").get(4).cloned()
     })
     .expect("the leader refuses the published request");
     assert!(refused["reason"]
@@ -305,13 +287,13 @@ fn bad_requests_are_refused_in_one_line_and_change_nothing() {
 fn exec_mode_stops_the_old_child_before_the_target_starts_its_own() {
     let redis = RedisServer::start();
     let name = "hvexec";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("children");
     let with_child = |id: &str| {
         let mut o = opts(&redis.url(), name, id, 0, "");
-        o.extra_yaml.push_str(exec_common::GRACE_300);
-        o.exec = exec_common::writer(&out, false);
+        o.extra_yaml.push_str(support::exec::GRACE_300);
+        o.exec = support::exec::writer(&out, false);
         o
     };
     let a = Daemon::spawn(&with_child("a"));
@@ -324,11 +306,11 @@ fn exec_mode_stops_the_old_child_before_the_target_starts_its_own() {
     let (holder, f2) = new_leader(&a, "a", f1);
     assert_eq!(holder, "b");
     wait_until(BOUND, POLL, || {
-        let s = exec_common::spans(&out);
+        let s = support::exec::spans(&out);
         (s.get(&f2).is_some_and(|x| x.2 > 10)).then_some(s)
     })
     .expect("b's child runs");
-    let spans = exec_common::check_children(&[&a, &b], &out);
+    let spans = support::exec::check_children(&[&a, &b], &out);
     assert!(
         spans[&f1].1 < spans[&f2].0,
         "a's child ended before b's began: {spans:?}"
@@ -339,7 +321,7 @@ fn exec_mode_stops_the_old_child_before_the_target_starts_its_own() {
 fn a_preempting_leader_hands_over_to_a_higher_priority_after_a_lease_duration() {
     let redis = RedisServer::start();
     let name = "preempt";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, "  preempt: true\n"));
     let (first, f1) = settled(&a, 1, 1);
     assert_eq!(first, "a");
@@ -348,9 +330,9 @@ fn a_preempting_leader_hands_over_to_a_higher_priority_after_a_lease_duration() 
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 10, "  preempt: true\n"));
     let (holder, _) = new_leader(&a, "a", f1);
     assert_eq!(holder, "b");
-    let down = events(&a, "stepped_down");
+    let down = a.events_named("stepped_down");
     assert_eq!(down[0]["reason"], "preempted", "{down:?}");
-    let ended = exec_common::u64_of(&down[0], "ended_at_ms");
+    let ended = support::logs::u64_of(&down[0], "ended_at_ms");
     assert!(
         ended >= started + LEASE_MS,
         "preempted {}ms after the candidate started: not before it was healthy for the lease",
@@ -358,16 +340,16 @@ fn a_preempting_leader_hands_over_to_a_higher_priority_after_a_lease_duration() 
     );
     // b outranks everyone: it keeps the lease (no preemption back and forth), through
     // renewals for two leases after it acquired (time for any preemption to happen).
-    let acquired_at = exec_common::u64_of(&events(&b, "acquired")[0], "acquired_at_ms");
+    let acquired_at = support::logs::u64_of(&b.events_named("acquired")[0], "acquired_at_ms");
     wait_until(BOUND, POLL, || {
-        events(&b, "renewed")
+        b.events_named("renewed")
             .iter()
-            .any(|e| exec_common::u64_of(e, "lease_valid_until_ms") > acquired_at + 3 * LEASE_MS)
+            .any(|e| support::logs::u64_of(e, "lease_valid_until_ms") > acquired_at + 3 * LEASE_MS)
             .then_some(())
     })
     .expect("b renews for two leases");
     assert_eq!(settled(&a, 3, 3).0, "b");
-    assert!(events(&b, "stepped_down").is_empty());
+    assert!(b.events_named("stepped_down").is_empty());
     drop(low);
 }
 
@@ -375,14 +357,14 @@ fn a_preempting_leader_hands_over_to_a_higher_priority_after_a_lease_duration() 
 fn sigterm_reserves_the_release_for_the_best_successor() {
     let redis = RedisServer::start();
     let name = "term";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
     assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 5, ""));
     let _c = Daemon::spawn(&opts(&redis.url(), name, "c", 9, ""));
     let _u = Daemon::spawn(&opts(&redis.url(), name, "u", 50, UNHEALTHY));
     let (_, f1) = settled(&b, 4, 3);
-    let watch = daemon_common::watch_release(&redis, name, BOUND);
+    let watch = support::election::watch_release(&redis, name, BOUND);
     a.signal(Signal::SIGTERM);
     let (released, _) = watch
         .join()
@@ -400,7 +382,7 @@ fn sigterm_reserves_the_release_for_the_best_successor() {
 fn a_target_that_dies_in_the_window_still_leaves_a_leader() {
     let redis = RedisServer::start();
     let name = "dies";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
     assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
@@ -413,7 +395,7 @@ fn a_target_that_dies_in_the_window_still_leaves_a_leader() {
     b.signal(Signal::SIGCONT);
     assert!(holder == "a" || holder == "c", "{holder}");
     assert!(asked.elapsed() < BOUND);
-    let down = events(&a, "stepped_down");
+    let down = a.events_named("stepped_down");
     assert_eq!(down[0]["reason"], "handover", "{out:?}");
     // The command tells which: leadership moved off a (to c), or a took it back.
     if holder == "c" {
@@ -437,13 +419,13 @@ fn a_target_that_dies_in_the_window_still_leaves_a_leader() {
 fn stale_requests_are_neither_carried_out_nor_refused() {
     let redis = RedisServer::start();
     let name = "stale";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
     assert_eq!(settled(&a, 1, 1).0, "a");
     let _b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
     let (_, fence) = settled(&a, 2, 2);
-    let key = format!("leaderd:{{{name}}}:handover");
-    let chan = format!("leaderd:{{{name}}}:control");
+    let key = keys(name).handover;
+    let chan = keys(name).control;
     // A message without its request (expired, or answered): nothing happens.
     let msg = format!(r#"{{"event":"handover","id":"gone","to":"b","by":"raw","fence":{fence}}}"#);
     redis.cmd(&["PUBLISH", &chan, &msg]);
@@ -456,7 +438,7 @@ fn stale_requests_are_neither_carried_out_nor_refused() {
     let msg = format!(r#"{{"event":"handover","id":"old","to":"b","by":"raw","fence":{old}}}"#);
     redis.cmd(&["PUBLISH", &chan, &msg]);
     let dropped = wait_until(BOUND, POLL, || {
-        events(&a, "handover_dropped").first().cloned()
+        a.events_named("handover_dropped").first().cloned()
     })
     .expect("the leader drops the request of another term");
     assert_eq!(dropped["by"], "raw", "{dropped}");
@@ -470,8 +452,12 @@ fn stale_requests_are_neither_carried_out_nor_refused() {
         ("a".to_string(), fence),
         "nothing was handed over"
     );
-    assert!(events(&a, "handover_requested").is_empty(), "{}", a.log());
-    assert!(events(&a, "handover_refused").is_empty(), "{}", a.log());
+    assert!(
+        a.events_named("handover_requested").is_empty(),
+        "{}",
+        a.log()
+    );
+    assert!(a.events_named("handover_refused").is_empty(), "{}", a.log());
 }
 
 #[test]
@@ -479,7 +465,7 @@ fn redlock_handover_reserves_on_a_majority() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let name = "rl";
     for n in &nodes {
-        seed(n, name);
+        seed_fence(n, name);
     }
     let urls: Vec<String> = nodes.iter().map(|n| format!("\"{}\"", n.url())).collect();
     let redlock = |id: &str| {
@@ -504,7 +490,7 @@ fn redlock_handover_reserves_on_a_majority() {
     );
     let (holder, f2) = new_leader(&a, "a", f1);
     assert_eq!((holder.as_str(), Some(f2)), ("c", doc["to_fence"].as_u64()));
-    assert_eq!(events(&a, "stepped_down")[0]["reason"], "handover");
+    assert_eq!(a.events_named("stepped_down")[0]["reason"], "handover");
 }
 
 #[test]
@@ -534,7 +520,7 @@ fn cluster_handover_goes_through_the_lease_shard() {
     })
     .expect("the cluster is ok");
     // The election exists already: seed the fence on the shard that owns it.
-    let fence = format!("leaderd:{{{name}}}:fence");
+    let fence = keys(name).fence;
     let seeded = servers
         .iter()
         .filter(|s| s.cmd(&["SET", &fence, "1000"]) == "OK")
@@ -556,7 +542,7 @@ fn cluster_handover_goes_through_the_lease_shard() {
     assert_eq!(out.code, Some(0), "{out:?}");
     let (holder, _) = new_leader(&a, "a", f1);
     assert_eq!(holder, "c");
-    assert_eq!(events(&a, "stepped_down")[0]["reason"], "handover");
+    assert_eq!(a.events_named("stepped_down")[0]["reason"], "handover");
 }
 
 #[test]
@@ -564,7 +550,7 @@ fn sentinel_handover_with_replicas_acknowledging() {
     let (servers, sentinels) =
         support::sentinel::start_watched(&["--repl-diskless-sync-delay", "0"]);
     let name = "snhv";
-    seed(&servers[0], name);
+    seed_fence(&servers[0], name);
     let urls: Vec<String> = sentinels.iter().map(support::Sentinel::url).collect();
     let sentinel = |id: &str| {
         let mut o = opts("", name, id, 0, "");
@@ -593,7 +579,7 @@ fn sentinel_handover_with_replicas_acknowledging() {
 fn an_accepted_request_is_gone_before_the_target_leads() {
     let redis = RedisServer::start();
     let name = "done";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
     assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
@@ -608,8 +594,8 @@ fn an_accepted_request_is_gone_before_the_target_leads() {
         std::thread::sleep(Duration::from_millis(700));
     }
     for d in [&a, &b] {
-        assert_eq!(events(d, "handover_requested").len(), 3, "{}", d.log());
-        assert!(events(d, "handover_refused").is_empty(), "{}", d.log());
+        assert_eq!(d.events_named("handover_requested").len(), 3, "{}", d.log());
+        assert!(d.events_named("handover_refused").is_empty(), "{}", d.log());
     }
 }
 
@@ -620,7 +606,7 @@ fn an_accepted_request_is_gone_before_the_target_leads() {
 fn a_replica_sitting_out_after_a_yield_is_nobodys_successor() {
     let redis = RedisServer::start();
     let name = "sitout";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let high = Daemon::spawn(&opts(&redis.url(), name, "high", 50, ""));
     let (first, f1) = settled(&high, 1, 1);
     assert_eq!(first, "high");
@@ -643,13 +629,13 @@ fn a_replica_sitting_out_after_a_yield_is_nobodys_successor() {
     assert!(listed.is_some(), "high is listed while it sits out");
     // Its sit-out (a lease from the yield) is nearly over: low held on all along.
     std::thread::sleep(Duration::from_millis(LEASE_MS - 800));
-    assert_eq!(events(&low, "acquired").len(), 1, "{}", low.log());
-    assert!(events(&low, "stepped_down").is_empty(), "{}", low.log());
-    assert!(events(&low, "handover_requested").is_empty());
+    assert_eq!(low.events_named("acquired").len(), 1, "{}", low.log());
+    assert!(low.events_named("stepped_down").is_empty(), "{}", low.log());
+    assert!(low.events_named("handover_requested").is_empty());
     // Then high contends again, and low hands over to it.
     let (holder, _) = new_leader(&low, "low", f2);
     assert_eq!(holder, "high");
-    assert_eq!(events(&low, "stepped_down")[0]["reason"], "preempted");
+    assert_eq!(low.events_named("stepped_down")[0]["reason"], "preempted");
 }
 
 /// A brand-new election is quarantined for a lease; when that runs out, the best successor
@@ -667,7 +653,7 @@ fn the_first_term_after_the_quarantine_goes_to_the_highest_priority() {
     let (holder, _) = settled(&replicas[0], 3, 3);
     assert_eq!(holder, "b");
     for d in &replicas {
-        let acquired = events(d, "acquired").len();
+        let acquired = d.events_named("acquired").len();
         assert_eq!(acquired, usize::from(d.identity() == "b"), "{}", d.log());
     }
 }
@@ -678,7 +664,7 @@ fn the_first_term_after_the_quarantine_goes_to_the_highest_priority() {
 fn preemption_counts_a_lease_from_when_the_candidate_turned_healthy() {
     let redis = RedisServer::start();
     let name = "since";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, "  preempt: true\n"));
     assert_eq!(settled(&a, 1, 1).0, "a");
     let dir = tempfile::tempdir().unwrap();
@@ -698,10 +684,12 @@ fn preemption_counts_a_lease_from_when_the_candidate_turned_healthy() {
             .map(|_| now_ms())
     })
     .expect("b turns healthy");
-    let down = wait_until(BOUND, POLL, || events(&a, "stepped_down").first().cloned())
-        .expect("a is preempted");
+    let down = wait_until(BOUND, POLL, || {
+        a.events_named("stepped_down").first().cloned()
+    })
+    .expect("a is preempted");
     assert_eq!(down["reason"], "preempted", "{down}");
-    let ended = exec_common::u64_of(&down, "ended_at_ms");
+    let ended = support::logs::u64_of(&down, "ended_at_ms");
     // The check ran at most 100 ms before b published it.
     assert!(
         ended + 100 >= healthy + LEASE_MS,
@@ -716,7 +704,7 @@ fn preemption_counts_a_lease_from_when_the_candidate_turned_healthy() {
 fn a_follower_asked_to_yield_sits_out_a_lease() {
     let redis = RedisServer::start();
     let name = "fyield";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let mut a = Daemon::spawn(&opts(&redis.url(), name, "a", 0, ""));
     assert_eq!(settled(&a, 1, 1).0, "a");
     let b = Daemon::spawn(&opts(&redis.url(), name, "b", 0, ""));
@@ -726,9 +714,9 @@ fn a_follower_asked_to_yield_sits_out_a_lease() {
     std::thread::sleep(Duration::from_millis(200));
     a.signal(Signal::SIGTERM);
     assert_eq!(a.wait_exit(Duration::from_secs(5)), Some(0));
-    let acquired = wait_until(BOUND, POLL, || events(&b, "acquired").first().cloned())
+    let acquired = wait_until(BOUND, POLL, || b.events_named("acquired").first().cloned())
         .expect("b leads once its sit-out is over");
-    let at = exec_common::u64_of(&acquired, "acquired_at_ms");
+    let at = support::logs::u64_of(&acquired, "acquired_at_ms");
     assert!(
         at >= yielded + LEASE_MS,
         "b began a term {} ms after it was asked to yield",

@@ -3,27 +3,24 @@
 //! exec-mode replicas whose children ignore SIGTERM never run them at the same time (stop
 //! claiming, stop the child, then release: any other order overlaps them by the grace period).
 
-mod exec_common;
 mod support;
 
-use exec_common::*;
 use nix::sys::signal::Signal;
-use support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::exec::*;
+use support::logs::{u64_of, wait_event};
+use support::{
+    check_logs, keys, seed_fence, wait_leader, wait_until, Daemon, DaemonOpts, RedisServer, POLL,
+    SLOW,
+};
 
 /// From a release to the successor's `acquired_at`: the target is 10 ms (BENCHMARKS.md,
 /// graceful handover); 40 ms more for a debug build on a loaded 2-core machine. A follower that
 /// polls (every 2-2.4 s here) misses it by far.
 const HANDOVER_BOUND_MS: i64 = 50;
 
-/// Pretend the election exists, so that no first-start quarantine delays the first term.
-fn seed(redis: &RedisServer, name: &str) {
-    let key = format!("leaderd:{{{name}}}:fence");
-    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
-}
-
 /// Waits until `n` replicas listen on the election's release channel.
 fn wait_subscribed(redis: &RedisServer, name: &str, n: usize) {
-    let channel = format!("leaderd:{{{name}}}:released");
+    let channel = keys(name).released;
     wait_until(SLOW, POLL, || {
         let reply = redis.cmd(&["PUBSUB", "NUMSUB", &channel]);
         (reply.lines().nth(1) == Some(n.to_string().as_str())).then_some(())
@@ -42,7 +39,7 @@ fn wait_child_lines(out: &std::path::Path, fence: u64, n: usize) {
 #[test]
 fn a_follower_polling_every_2s_takes_over_within_50ms_of_the_release() {
     let redis = RedisServer::start();
-    seed(&redis, "wake");
+    seed_fence(&redis, "wake");
     let timing = |identity: &str| {
         let mut o = DaemonOpts::new("wake", identity, &redis.url());
         o.lease = "6s".into();
@@ -79,7 +76,7 @@ fn a_follower_polling_every_2s_takes_over_within_50ms_of_the_release() {
 #[test]
 fn exec_children_deaf_to_sigterm_never_overlap_across_handovers() {
     let redis = RedisServer::start();
-    seed(&redis, "order");
+    seed_fence(&redis, "order");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("children");
     // The grace period (SIGTERM ignored: the child lives all of it) is long next to the

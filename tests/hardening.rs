@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use support::{run_cli, wait_until, DaemonOpts, RedisServer};
+use support::{keys, run_cli, wait_until, DaemonOpts, RedisServer};
 
 const STEP: Duration = Duration::from_millis(50);
 
@@ -91,7 +91,7 @@ fn a_closed_stderr_neither_crashes_nor_wedges_the_election() {
     let code = wait_exit(&mut leader, Duration::from_secs(5));
     assert_eq!(code, Some(0), "the leader exits 0");
     let holder = wait_until(Duration::from_secs(3), STEP, || {
-        let h = redis.cmd(&["HGET", "leaderd:{stderr}:lock", "holder"]);
+        let h = redis.cmd(&["HGET", &keys("stderr").lock, "holder"]);
         (h != "pod-a").then_some(h)
     });
     assert!(holder.is_some(), "pod-a released the lease");
@@ -102,12 +102,12 @@ fn a_closed_stderr_neither_crashes_nor_wedges_the_election() {
 #[test]
 fn a_huge_forged_holder_is_bounded_and_escaped() {
     let redis = RedisServer::start();
-    let key = "leaderd:{big}:lock";
+    let key = &keys("big").lock;
     // 50 MB of holder with a forged log line and an escape sequence at its start.
     let head = "evil\nINFO acquired fence=99 \u{1b}[2J";
     let holder = format!("{head}{}", "x".repeat(50 * 1024 * 1024));
     let mut conn = support::RespConn::connect(redis.addr(), Duration::from_secs(10)).unwrap();
-    conn.call(&["SET", "leaderd:{big}:fence", "5"]).unwrap();
+    conn.call(&["SET", &keys("big").fence, "5"]).unwrap();
     conn.call(&["HSET", key, "holder", &holder, "token", "t", "fence", "5"])
         .unwrap();
     conn.call(&["PEXPIRE", key, "60000"]).unwrap();

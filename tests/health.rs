@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::election::all;
 use support::safety::field;
-use support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer};
-
-const POLL: Duration = Duration::from_millis(25);
-const SLOW: Duration = Duration::from_secs(15);
+use support::{
+    check_logs, is_leader, keys, wait_leader, wait_until, Daemon, DaemonOpts, RedisServer, POLL,
+    SLOW,
+};
 
 /// `election.health_check` with a 300ms period, a 200ms timeout and 2 failures.
 fn check_yaml(kind: &str) -> String {
@@ -37,11 +38,6 @@ fn daemon(name: &str, identity: &str, redis: &RedisServer, yaml: &str) -> Daemon
     Daemon::spawn(&o)
 }
 
-fn is_leader(d: &Daemon) -> bool {
-    d.status_doc()
-        .is_some_and(|doc| doc["is_leader"] == Value::Bool(true))
-}
-
 fn healthy(d: &Daemon) -> Option<bool> {
     d.status_doc().and_then(|doc| doc["healthy"].as_bool())
 }
@@ -52,14 +48,6 @@ fn healthy_metric(d: &Daemon) -> Option<f64> {
         .find(|l| l.starts_with("leaderd_healthy{"))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-}
-
-fn wait_leader(ds: &[&Daemon], timeout: Duration) -> usize {
-    wait_until(timeout, POLL, || {
-        let leaders: Vec<usize> = (0..ds.len()).filter(|&i| is_leader(ds[i])).collect();
-        (leaders.len() == 1).then(|| leaders[0])
-    })
-    .unwrap_or_else(|| panic!("no single leader within {timeout:?}"))
 }
 
 fn reasons(d: &Daemon) -> Vec<String> {
@@ -118,7 +106,7 @@ fn an_unhealthy_replica_never_leads() {
     well.kill();
     // Its lease expires; the unhealthy ones still do not take it.
     never_leads(&[&failing, &hanging], Duration::from_secs(3));
-    assert_eq!(redis.cmd(&["EXISTS", "leaderd:{sick}:lock"]), "0");
+    assert_eq!(redis.cmd(&["EXISTS", &keys("sick").lock]), "0");
 }
 
 #[test]
@@ -139,8 +127,7 @@ fn a_leader_turning_unhealthy_hands_over_to_a_healthy_one() {
             )
         })
         .collect();
-    let refs: Vec<&Daemon> = ds.iter().collect();
-    let l = wait_leader(&refs, SLOW);
+    let l = wait_leader(&ds, &all(&ds), SLOW);
     let other = 1 - l;
     std::fs::remove_file(flag(ds[l].identity())).unwrap();
     wait_until(SLOW, POLL, || is_leader(&ds[other]).then_some(()))

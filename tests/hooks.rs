@@ -6,12 +6,12 @@
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::safety::{event_name, field, field_u64};
-use support::{run_cli, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{keys, now_ms, run_cli, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const STEP: Duration = Duration::from_millis(20);
 
@@ -51,13 +51,6 @@ fn metric(d: &Daemon, series: &str) -> Option<f64> {
     body.lines()
         .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 #[test]
@@ -331,7 +324,7 @@ fn a_full_queue_drops_the_oldest_waiting_and_counts_them() {
     o.command_timeout = "30ms".into();
     o.extra_yaml = hooks_yaml("[]", "[]", sleep, "90s");
     // Never contends: the lease is always held by someone the test writes.
-    let key = "leaderd:{hooks-queue}:lock";
+    let key = &keys("hooks-queue").lock;
     redis.cmd(&["HSET", key, "holder", "x0", "fence", "1"]);
     redis.cmd(&["PEXPIRE", key, "60000"]);
     let d = Daemon::spawn(&o);
@@ -352,7 +345,7 @@ fn a_full_queue_drops_the_oldest_waiting_and_counts_them() {
             r#"{{"event":"acquired","holder":"{holder}","fence":{}}}"#,
             i + 1
         );
-        redis.cmd(&["PUBLISH", "leaderd:{hooks-queue}:released", &acquired]);
+        redis.cmd(&["PUBLISH", &keys("hooks-queue").released, &acquired]);
         wait_until(Duration::from_secs(5), Duration::from_millis(5), || {
             d.events_named("leader_changed")
                 .iter()

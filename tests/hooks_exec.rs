@@ -3,18 +3,17 @@
 //! after a child that used its whole grace period, and leaderd exits within
 //! `grace_period + 1s`.
 
-mod exec_common;
 mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use exec_common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::exec::*;
 use support::safety::field;
-use support::{wait_until, Daemon, RedisServer};
+use support::{wait_until, Daemon, RedisServer, POLL, SLOW};
 
 const PASSWORD: &str = "hook-s3cret-pw";
 

@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use support::{wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{is_leader, keys, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const STEP: Duration = Duration::from_millis(50);
 
@@ -48,11 +48,6 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     false
 }
 
-fn leading(d: &Daemon) -> bool {
-    d.status_doc()
-        .is_some_and(|doc| doc["is_leader"] == serde_json::Value::Bool(true))
-}
-
 fn step_downs(d: &Daemon) -> usize {
     d.events_named("stepped_down").len()
 }
@@ -61,7 +56,10 @@ fn start_leader(redis: &RedisServer, extra_yaml: &str) -> Daemon {
     let mut opts = DaemonOpts::new("load", "pod-a", &redis.url());
     opts.extra_yaml = extra_yaml.into();
     let d = Daemon::spawn(&opts);
-    wait_until(Duration::from_secs(10), STEP, || leading(&d).then_some(())).expect("pod-a leads");
+    wait_until(Duration::from_secs(10), STEP, || {
+        is_leader(&d).then_some(())
+    })
+    .expect("pod-a leads");
     d
 }
 
@@ -141,7 +139,7 @@ fn a_flood_of_hostile_clients_neither_stops_the_leader_nor_grows_its_memory() {
         slow_closed, 300,
         "idle and unfinished connections are closed by the timeout"
     );
-    assert!(leading(&d), "still leader after the flood");
+    assert!(is_leader(&d), "still leader after the flood");
     assert_eq!(
         step_downs(&d),
         0,
@@ -187,7 +185,7 @@ fn connections_past_max_connections_are_closed_at_once_and_counted() {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .expect("the refused counter");
     assert!(refused >= 5.0, "refused {refused}");
-    assert!(leading(&d));
+    assert!(is_leader(&d));
 }
 
 /// An `/events` stream whose answer began with 200.
@@ -221,7 +219,7 @@ fn shutdown_does_not_wait_for_a_client_with_a_half_sent_request() {
     assert_eq!(code, Some(0), "{}", d.log());
     // grace_period (3 s default, no child here) + 1 s bounds it; HTTP adds at most ~1 s.
     assert!(took < Duration::from_millis(2500), "exit took {took:?}");
-    let key = "leaderd:{load}:lock";
+    let key = &keys("load").lock;
     assert_eq!(redis.cmd(&["EXISTS", key]), "0", "the lease is released");
     drop((half, stream));
 }
@@ -389,7 +387,10 @@ fn renewing_fast(redis: &RedisServer, name: &str) -> Daemon {
     let mut opts = DaemonOpts::new(name, "pod-a", &redis.url());
     (opts.retry, opts.command_timeout) = ("50ms".into(), "40ms".into());
     let d = Daemon::spawn(&opts);
-    wait_until(Duration::from_secs(10), STEP, || leading(&d).then_some(())).expect("pod-a leads");
+    wait_until(Duration::from_secs(10), STEP, || {
+        is_leader(&d).then_some(())
+    })
+    .expect("pod-a leads");
     d
 }
 
@@ -428,7 +429,7 @@ fn an_events_client_that_does_not_read_is_closed_after_a_few_documents() {
     println!("{docs} documents ({} bytes) read", got.len());
     assert!(closed, "the stream is closed ({docs} documents read)");
     assert!(docs < 35, "{docs} documents were held for the client");
-    assert!(leading(&d), "the leader went on");
+    assert!(is_leader(&d), "the leader went on");
     assert_eq!(step_downs(&d), 0);
 }
 

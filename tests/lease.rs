@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use leaderd::connection::FailureKind;
 use leaderd::{Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
-use support::{free_port, wait_until, Proxy, RedisServer};
+use support::{free_port, seed_fence, wait_until, Proxy, RedisServer};
 use tokio::time::{timeout, Instant};
 
 /// Upper bound for any single await in these tests (they never hang).
@@ -22,13 +22,6 @@ fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
 
 fn client(url: &str, name: &str, holder: &str, lease: Duration) -> LeaseClient {
     LeaseClient::connect(url, spec(name, holder, lease)).expect("valid url")
-}
-
-/// Pretend the election already exists (the fencing counter is there), so that the first
-/// acquire is not quarantined. Tests of the quarantine itself do not call this.
-fn seed_fence(redis: &RedisServer, name: &str) {
-    let key = spec(name, "x", Duration::from_secs(1)).keys().fence;
-    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
 }
 
 async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {

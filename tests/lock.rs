@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use leaderd::{Lease, LeaseClient, LeaseError, LeaseSpec};
 use leaderd::{LeaseGuard, Locker, LossReason, WatchdogConfig};
-use support::locks::{bounded, keys, lock_now, BOUND};
-use support::{wait_until, Proxy, RedisServer};
+use support::locks::{bounded, lock_now, BOUND};
+use support::{keys, seed_fence, wait_until, Proxy, RedisServer};
 use tokio::time::Instant;
 
 fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
@@ -20,12 +20,6 @@ fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
 
 fn locker(url: &str, name: &str, holder: &str, lease: Duration) -> Locker<LeaseClient> {
     Locker::new(LeaseClient::connect(url, spec(name, holder, lease)).expect("valid url"))
-}
-
-/// Pretend the election already exists (the fencing counter is there), so that the first
-/// lock is not quarantined for a lease duration.
-fn seed_fence(redis: &RedisServer, name: &str) {
-    assert_eq!(redis.cmd(&["SET", &keys(name).fence, "1000"]), "OK");
 }
 
 /// Not lost yet (without waiting).

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use leaderd::{LeaseClient, LeaseError, LeaseSpec, Observed};
 use leaderd::{Locker, LossReason, PlainLease};
-use support::locks::{bounded, keys, lock_now};
-use support::RedisServer;
+use support::locks::{bounded, lock_now};
+use support::{keys, RedisServer};
 use tokio::time::Instant;
 
 fn locker(redis: &RedisServer, name: &str, holder: &str, lease: Duration) -> Locker<PlainLease> {

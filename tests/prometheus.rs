@@ -12,16 +12,15 @@
 //! - `outage`: its Redis killed until its alerts fire, then started again (empty);
 //! - `split`: two replicas of one election on two Redis servers, a real split brain.
 
-mod exec_common;
 mod support;
 
 use std::time::Duration;
 
-use exec_common::{wait_leader, SLOW};
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::election::{all, others};
 use support::prometheus::{prometheus_bin, scale_rules, unix_s, Prometheus, Target};
-use support::{wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{is_leader, wait_leader, wait_until, Daemon, DaemonOpts, RedisServer, SLOW};
 
 /// The rules' windows are divided by this.
 const SCALE: u64 = 10;
@@ -53,19 +52,6 @@ fn election(name: &str, url: &str) -> Vec<Daemon> {
     (1..=3)
         .map(|i| Daemon::spawn(&opts(name, &format!("{name}-{i}"), url)))
         .collect()
-}
-
-fn all(e: &[Daemon]) -> Vec<usize> {
-    (0..e.len()).collect()
-}
-
-fn others(e: &[Daemon], but: usize) -> Vec<usize> {
-    (0..e.len()).filter(|&i| i != but).collect()
-}
-
-fn is_leader(d: &Daemon) -> bool {
-    d.status_doc()
-        .is_some_and(|s| s["is_leader"] == Value::Bool(true))
 }
 
 /// Seconds until `/api/v1/alerts` shows `alert` of election `name` in `state` (`None`: not

@@ -9,14 +9,17 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::election::claiming;
 use support::safety::{event_name, field, field_u64};
-use support::{free_port, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{free_port, now_ms, wait_leader, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const STEP: Duration = Duration::from_millis(20);
+/// How long a test waits for a leader.
+const LEADER_WAIT: Duration = Duration::from_secs(15);
 
 /// A service that writes `<name>\n`, echoes what it reads, and on end of input writes
 /// `bye\n` and closes.
@@ -93,17 +96,15 @@ fn ask(port: u16) -> Option<String> {
     line.strip_suffix('\n').map(str::to_string)
 }
 
+/// The first replica among `among` that claims leadership.
 fn leader_of(rs: &[Replica], among: &[usize]) -> Option<usize> {
-    among.iter().copied().find(|&i| {
-        rs[i]
-            .daemon
-            .status_doc()
-            .is_some_and(|d| d["is_leader"] == Value::Bool(true))
-    })
+    claiming(rs, among).first().copied()
 }
 
-fn wait_leader(rs: &[Replica], among: &[usize]) -> usize {
-    wait_until(Duration::from_secs(15), STEP, || leader_of(rs, among)).expect("a leader")
+impl std::borrow::Borrow<Daemon> for Replica {
+    fn borrow(&self) -> &Daemon {
+        &self.daemon
+    }
 }
 
 /// Waits until every replica in `among` forwards new connections to `leader`.
@@ -118,13 +119,6 @@ fn all_reach(rs: &[Replica], among: &[usize], leader: &str) {
             rs[i].daemon.identity()
         );
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// The last `lease_valid_until_ms` `d` logged: when its claim ended at the latest.
@@ -180,7 +174,7 @@ fn every_proxy_reaches_the_leader_through_sigterm_crash_and_redis_restart() {
         .map(|id| replica("proxy-moves", id, &redis, ""))
         .collect();
     let all = [0, 1, 2];
-    let l = wait_leader(&rs, &all);
+    let l = wait_leader(&rs, &all, LEADER_WAIT);
     let name = rs[l].daemon.identity().to_string();
     all_reach(&rs, &all, &name);
     let advertise = format!("127.0.0.1:{}", rs[l].service.port);
@@ -219,7 +213,7 @@ fn with_on_change_close_connections_to_a_deposed_leader_close_before_its_release
         .iter()
         .map(|id| replica("proxy-close", id, &redis, ""))
         .collect();
-    let l = wait_leader(&rs, &[0, 1]);
+    let l = wait_leader(&rs, &[0, 1], LEADER_WAIT);
     let f = 1 - l;
     let name = rs[l].daemon.identity().to_string();
     all_reach(&rs, &[0, 1], &name);
@@ -286,7 +280,7 @@ fn with_on_change_keep_connections_to_a_deposed_leader_stay_open() {
         .iter()
         .map(|id| replica("proxy-keep", id, &redis, "  on_change: keep\n"))
         .collect();
-    let l = wait_leader(&rs, &[0, 1]);
+    let l = wait_leader(&rs, &[0, 1], LEADER_WAIT);
     let f = 1 - l;
     let (old, new) = (
         rs[l].daemon.identity().to_string(),
@@ -417,7 +411,7 @@ fn a_bulk_transfer_passes_unchanged_both_ways_and_is_counted() {
     const LEN: usize = 16 << 20;
     let redis = RedisServer::start();
     let r = replica("proxy-bulk", "a", &redis, "");
-    wait_leader(std::slice::from_ref(&r), &[0]);
+    wait_leader(std::slice::from_ref(&r), &[0], LEADER_WAIT);
     let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4096) as u8).collect();
     let mut c = TcpStream::connect(("127.0.0.1", r.proxy_port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

@@ -16,7 +16,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::monitor::{clients, Monitor, Seen};
 use support::safety::{event_name, field_u64};
-use support::{wait_until, Daemon, DaemonOpts, Proxy, RedisServer};
+use support::{keys, seed_fence, wait_leader, wait_until, Daemon, DaemonOpts, Proxy, RedisServer};
 
 const LEASE: Duration = Duration::from_secs(3);
 const RETRY: Duration = Duration::from_millis(400);
@@ -58,13 +58,6 @@ fn user_opts(redis: &RedisServer, name: &str, identity: &str, priority: u32) -> 
     o
 }
 
-fn seed_fence(redis: &RedisServer, name: &str) {
-    assert_eq!(
-        redis.cmd(&["SET", &format!("leaderd:{{{name}}}:fence"), "1000"]),
-        "OK"
-    );
-}
-
 fn doc_of(d: &Daemon) -> Option<Value> {
     d.status_doc()
 }
@@ -78,15 +71,14 @@ fn wait_follower_of(d: &Daemon, leader: &str) {
 }
 
 /// The identity of whichever of `daemons` leads, within the bound.
-fn wait_leader(daemons: &[&Daemon], not: Option<&str>) -> String {
-    wait_until(BOUND, STEP, || {
-        daemons
-            .iter()
-            .filter(|d| Some(d.identity()) != not)
-            .find(|d| doc_of(d).is_some_and(|doc| doc["is_leader"] == true))
-            .map(|d| d.identity().to_string())
-    })
-    .expect("a leader within the bound")
+/// The identity of the one replica of `daemons` but `not` that leads, once one does.
+fn leader_but(daemons: &[&Daemon], not: Option<&str>) -> String {
+    let among: Vec<usize> = (0..daemons.len())
+        .filter(|&i| Some(daemons[i].identity()) != not)
+        .collect();
+    daemons[wait_leader(daemons, &among, BOUND)]
+        .identity()
+        .to_string()
 }
 
 /// A leader `lead` (priority 0) of `name`, then followers with these priorities.
@@ -106,7 +98,7 @@ fn spawn_with_priorities(
         )
     };
     let mut daemons = vec![Daemon::spawn(&with_priority(lead, 0))];
-    wait_leader(&[&daemons[0]], None);
+    leader_but(&[&daemons[0]], None);
     for (id, p) in followers {
         daemons.push(Daemon::spawn(&with_priority(id, *p)));
     }
@@ -117,7 +109,7 @@ fn spawn_with_priorities(
 /// heartbeats have read the candidates as they are, SIGKILLs it: its identity and index.
 fn crash_the_leader(daemons: &mut [Daemon], best: &str, run: usize) -> (String, usize) {
     let refs: Vec<&Daemon> = daemons.iter().collect();
-    let leader = wait_leader(&refs, None);
+    let leader = leader_but(&refs, None);
     assert_ne!(leader, best, "run {run}: set up with another leader");
     for d in daemons.iter().filter(|d| d.identity() != leader) {
         wait_follower_of(d, &leader);
@@ -159,7 +151,7 @@ fn a_follower_under_a_live_leader_costs_at_most_four_requests_per_lease() {
     let name = "quiet-budget";
     seed_fence(&redis, name);
     let leader = Daemon::spawn(&user_opts(&redis, name, "qa-lead", 0));
-    wait_leader(&[&leader], None);
+    leader_but(&[&leader], None);
     let from_start = Monitor::start(redis.addr());
     let followers: Vec<Daemon> = ["qb-one", "qc-two"]
         .iter()
@@ -245,7 +237,7 @@ fn a_follower_whose_subscription_silently_died_still_takes_a_release_within_a_re
     seed_fence(&redis, name);
     let proxy = Proxy::start(redis.addr());
     let a = Daemon::spawn(&opts(name, "deaf-a", &redis.url(), ""));
-    wait_leader(&[&a], None);
+    leader_but(&[&a], None);
     let b = Daemon::spawn(&opts(name, "deaf-b", &proxy.url(), ""));
     wait_follower_of(&b, "deaf-a");
     proxy.blackhole_sending(Some("SUBSCRIBE"));
@@ -293,7 +285,7 @@ fn after_a_crash_the_best_successor_wins_every_time() {
     for run in 0..runs {
         let (leader, idx) = crash_the_leader(&mut daemons, "prio-ten", run);
         let alive: Vec<&Daemon> = daemons.iter().filter(|d| d.identity() != leader).collect();
-        let winner = wait_leader(&alive, Some(leader.as_str()));
+        let winner = leader_but(&alive, Some(leader.as_str()));
         assert_eq!(winner, "prio-ten", "run {run}: the best successor wins");
         daemons[idx].restart();
         if run + 1 == runs {
@@ -303,7 +295,7 @@ fn after_a_crash_the_best_successor_wins_every_time() {
         let ten = daemons.iter().find(|d| d.identity() == "prio-ten").unwrap();
         ten.signal(Signal::SIGUSR1);
         let refs: Vec<&Daemon> = daemons.iter().collect();
-        wait_leader(&refs, Some("prio-ten"));
+        leader_but(&refs, Some("prio-ten"));
         std::thread::sleep(LEASE + RETRY);
     }
 }
@@ -322,7 +314,7 @@ fn with_the_best_successor_paused_the_others_leave_it_half_a_retry() {
         ("hold-z3", 0),
     ];
     let mut daemons = spawn_with_priorities(&redis, name, "hold-lead", &followers);
-    let lock = format!("leaderd:{{{name}}}:lock");
+    let lock = keys(name).lock;
     for run in 0..3 {
         let (leader, idx) = crash_the_leader(&mut daemons, "hold-ten", run);
         let file = std::fs::read_to_string(daemons[idx].leader_file()).expect("leader file");
@@ -340,7 +332,7 @@ fn with_the_best_successor_paused_the_others_leave_it_half_a_retry() {
             .iter()
             .filter(|d| ![leader.as_str(), "hold-ten"].contains(&d.identity()))
             .collect();
-        let winner = wait_leader(&others, Some(leader.as_str()));
+        let winner = leader_but(&others, Some(leader.as_str()));
         ten.signal(Signal::SIGCONT);
         let won = others.iter().find(|d| d.identity() == winner).unwrap();
         let acquired = won.events_named("acquired");
@@ -367,7 +359,7 @@ fn a_reserved_release_is_contended_only_by_its_successor() {
     let redis = RedisServer::start();
     let name = "quiet-reserved";
     seed_fence(&redis, name);
-    let keys = |k: &str| format!("leaderd:{{{name}}}:{k}");
+    let k = keys(name);
     let acquire = include_str!("../lua/acquire.lua");
     let release = include_str!("../lua/release.lua");
     let acquire_sha = redis.cmd(&["SCRIPT", "LOAD", acquire]);
@@ -376,9 +368,9 @@ fn a_reserved_release_is_contended_only_by_its_successor() {
         "EVAL",
         acquire,
         "3",
-        &keys("lock"),
-        &keys("fence"),
-        &keys("released"),
+        &k.lock,
+        &k.fence,
+        &k.released,
         "test-leader",
         "test-token",
         "20000",
@@ -407,10 +399,10 @@ fn a_reserved_release_is_contended_only_by_its_successor() {
         "EVAL",
         release,
         "4",
-        &keys("lock"),
-        &keys("released"),
-        &keys("fence"),
-        &keys("released:rs-ten"),
+        &k.lock,
+        &k.released,
+        &k.fence,
+        &k.successor_channel("rs-ten"),
         "test-token",
         "test-leader",
         "rs-ten",

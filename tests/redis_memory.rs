@@ -2,13 +2,14 @@
 //! `check-config --probe`), a leader over a Redis that runs out of memory, and what a Redis
 //! outage leaves on stderr.
 
-mod daemon_common;
 mod support;
 
 use std::time::Duration;
 
-use daemon_common::*;
-use support::{wait_until, Daemon, DaemonOpts, RedisServer};
+use support::logs::*;
+use support::metrics::metric;
+use support::replicas::*;
+use support::{wait_until, Daemon, DaemonOpts, RedisServer, POLL, SLOW};
 
 fn eviction_gauge(d: &Daemon) -> Option<f64> {
     let (code, text) = d.get("/metrics");

@@ -12,7 +12,10 @@ use leaderd::RedlockClient;
 use leaderd::{Acquire, Lease, LeaseError, LeaseSpec, Term};
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::{check_logs, wait_until, Daemon, DaemonOpts, Proxy, RedisServer};
+use support::election::all;
+use support::{
+    check_logs, is_leader, keys, wait_leader, wait_until, Daemon, DaemonOpts, Proxy, RedisServer,
+};
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -32,11 +35,11 @@ fn start(n: usize) -> Vec<RedisServer> {
 }
 
 fn lock_key(name: &str) -> String {
-    format!("leaderd:{{{name}}}:lock")
+    keys(name).lock
 }
 
 fn fence_key(name: &str) -> String {
-    format!("leaderd:{{{name}}}:fence")
+    keys(name).fence
 }
 
 /// Sets each node's fence counter, so that the election starts without the first-start
@@ -505,21 +508,6 @@ fn redlock_opts(name: &str, identity: &str, urls: &[String]) -> DaemonOpts {
     opts
 }
 
-fn is_leader(d: &Daemon) -> bool {
-    d.status_doc()
-        .is_some_and(|doc| doc["is_leader"] == Value::Bool(true))
-}
-
-/// The index of the one daemon that claims leadership, waiting up to `timeout`.
-fn wait_leader(daemons: &[Daemon], timeout: Duration) -> Option<usize> {
-    wait_until(timeout, Duration::from_millis(50), || {
-        let leaders: Vec<usize> = (0..daemons.len())
-            .filter(|&i| is_leader(&daemons[i]))
-            .collect();
-        (leaders.len() == 1).then(|| leaders[0])
-    })
-}
-
 /// Waits until `who` holds the lease on every node of `which` (read from the servers
 /// themselves, not through any proxy): the term has its majority back after a fault.
 fn wait_held_on(nodes: &[RedisServer], which: &[usize], name: &str, who: &str) {
@@ -553,7 +541,7 @@ fn daemons_over_three_nodes_survive_a_dead_node_and_an_empty_restart() {
         .iter()
         .map(|id| Daemon::spawn(&redlock_opts(name, id, &list)))
         .collect();
-    let leader = wait_leader(&daemons, Duration::from_secs(15)).expect("a leader");
+    let leader = wait_leader(&daemons, &all(&daemons), Duration::from_secs(15));
 
     let out = daemons[0].cli(&["status", "--json"]);
     assert_eq!(out.code, Some(0), "{out:?}");
@@ -616,12 +604,15 @@ fn daemons_over_five_nodes_with_dead_slow_and_restarted_nodes() {
         .iter()
         .map(|id| Daemon::spawn(&redlock_opts(name, id, &list)))
         .collect();
-    let leader = wait_leader(&daemons, Duration::from_secs(15)).expect("a leader");
+    let leader = wait_leader(&daemons, &all(&daemons), Duration::from_secs(15));
     // Two faults at once, the most five nodes tolerate: one dead, one slow.
     nodes[4].stop();
     proxy.set_latency(Duration::from_millis(500));
     std::thread::sleep(LEASE * 2);
-    assert_eq!(wait_leader(&daemons, Duration::from_secs(2)), Some(leader));
+    assert_eq!(
+        wait_leader(&daemons, &all(&daemons), Duration::from_secs(2)),
+        leader
+    );
     let failed = daemons[leader].events_named("redlock_node_failed");
     assert!(failed.len() >= 2, "each failing node is logged: {failed:?}");
     // The slow one recovers (the leader takes it back once it is free there); another one
@@ -630,7 +621,10 @@ fn daemons_over_five_nodes_with_dead_slow_and_restarted_nodes() {
     wait_held_on(&nodes, &[0, 1, 2, 3], name, daemons[leader].identity());
     nodes[2].restart_empty();
     std::thread::sleep(LEASE * 2);
-    assert_eq!(wait_leader(&daemons, Duration::from_secs(2)), Some(leader));
+    assert_eq!(
+        wait_leader(&daemons, &all(&daemons), Duration::from_secs(2)),
+        leader
+    );
     assert!(daemons[leader].events_named("stepped_down").is_empty());
 
     daemons[leader].signal(Signal::SIGTERM);
@@ -656,7 +650,7 @@ fn daemons_with_a_minority_of_nodes_elect_nobody() {
         .iter()
         .map(|id| Daemon::spawn(&redlock_opts(name, id, &list)))
         .collect();
-    let leader = wait_leader(&daemons, Duration::from_secs(15)).expect("a leader");
+    let leader = wait_leader(&daemons, &all(&daemons), Duration::from_secs(15));
     nodes[0].stop();
     nodes[1].stop();
     let gone = wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
@@ -684,7 +678,7 @@ fn daemons_with_a_minority_of_nodes_elect_nobody() {
     );
 
     nodes[0].start_again(); // empty: quarantined for one lease on the first acquire
-    wait_leader(&daemons, Duration::from_secs(15)).expect("a leader once a majority is back");
+    wait_leader(&daemons, &all(&daemons), Duration::from_secs(15));
     assert!(assert_safe(&daemons) >= 2);
 }
 

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use leaderd::{Acquire, Lease, LeaseSpec, Locker, LossReason, RedlockClient, WatchdogConfig};
-use support::RedisServer;
+use support::{keys, seed_fence, RedisServer};
 use tokio::time::{timeout, Instant};
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -24,8 +24,7 @@ fn client(nodes: &[RedisServer], name: &str, holder: &str) -> RedlockClient {
 /// Sets every node's fence counter, so that the first lock is not quarantined.
 fn seed(nodes: &[RedisServer], name: &str) {
     for node in nodes {
-        let key = format!("leaderd:{{{name}}}:fence");
-        assert_eq!(node.cmd(&["SET", &key, "1000"]), "OK");
+        seed_fence(node, name);
     }
 }
 
@@ -90,7 +89,7 @@ async fn a_majority_killed_reports_the_loss_before_the_validity_ends() {
 
 /// Holds the lease for someone else on `node` for `ms` milliseconds.
 fn hold_for_other(node: &RedisServer, name: &str, ms: u64) {
-    let key = format!("leaderd:{{{name}}}:lock");
+    let key = keys(name).lock;
     node.cmd(&["HSET", &key, "holder", "x", "token", "t", "fence", "5"]);
     assert_eq!(node.cmd(&["PEXPIRE", &key, &ms.to_string()]), "1");
 }
@@ -125,7 +124,7 @@ async fn three_of_five_grants_win_and_two_do_not() {
         other => panic!("2 of 5 grants must not win, got {other:?}"),
     }
     for node in &nodes[3..] {
-        let key = "leaderd:{rl-2of5}:lock";
+        let key = &keys("rl-2of5").lock;
         assert_eq!(
             node.cmd(&["EXISTS", key]),
             "0",

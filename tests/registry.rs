@@ -4,15 +4,14 @@
 //! failed heartbeat is a `redis_error` (an out-of-memory one named) and counted; two
 //! processes with one identity both warn and set `leaderd_identity_conflict`.
 
-mod daemon_common;
 mod support;
 
 use std::time::Duration;
 
-use daemon_common::metric;
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::{wait_until, Daemon, DaemonOpts, RedisServer, RespConn};
+use support::metrics::metric;
+use support::{keys, wait_until, Daemon, DaemonOpts, RedisServer, RespConn};
 
 const BOUND: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(50);
@@ -23,10 +22,6 @@ fn opts(redis: &RedisServer, name: &str, identity: &str) -> DaemonOpts {
     o.renew_deadline = "2s".into();
     o.retry = "1s".into();
     o
-}
-
-fn key(name: &str, suffix: &str) -> String {
-    format!("leaderd:{{{name}}}:{suffix}")
 }
 
 /// Redis server time in ms.
@@ -77,8 +72,8 @@ fn poison(redis: &RedisServer, name: &str) {
         }
         hash.push((id, value));
     }
-    batched(redis, "HSET", &key(name, "candidates"), &hash);
-    batched(redis, "ZADD", &key(name, "candidates:seen"), &index);
+    batched(redis, "HSET", &keys(name).candidates, &hash);
+    batched(redis, "ZADD", &keys(name).candidates_index, &index);
 }
 
 /// `usec_per_call` of EVALSHA since the last `CONFIG RESETSTAT`.
@@ -126,11 +121,11 @@ fn junk_costs_a_heartbeat_under_a_millisecond_is_cleaned_and_never_leads() {
 
     // Redis time per heartbeat (and per renew: EVALSHA counts both) over 6 s.
     let hash_before: u64 = redis
-        .cmd(&["HLEN", &key(name, "candidates")])
+        .cmd(&["HLEN", &keys(name).candidates])
         .parse()
         .unwrap();
     let index_before: u64 = redis
-        .cmd(&["ZCARD", &key(name, "candidates:seen")])
+        .cmd(&["ZCARD", &keys(name).candidates_index])
         .parse()
         .unwrap();
     redis.cmd(&["CONFIG", "RESETSTAT"]);
@@ -142,11 +137,11 @@ fn junk_costs_a_heartbeat_under_a_millisecond_is_cleaned_and_never_leads() {
         "{usec} usec per script call with 10,000 junk entries"
     );
     let hash_after: u64 = redis
-        .cmd(&["HLEN", &key(name, "candidates")])
+        .cmd(&["HLEN", &keys(name).candidates])
         .parse()
         .unwrap();
     let index_after: u64 = redis
-        .cmd(&["ZCARD", &key(name, "candidates:seen")])
+        .cmd(&["ZCARD", &keys(name).candidates_index])
         .parse()
         .unwrap();
     assert!(
@@ -157,7 +152,7 @@ fn junk_costs_a_heartbeat_under_a_millisecond_is_cleaned_and_never_leads() {
     // A SIGTERM reserves the release for the real follower, not a junk identity.
     let (leader_d, follower) = if leader == "a" { (&a, "b") } else { (&b, "a") };
     let mut conn = RespConn::connect(redis.addr(), BOUND).unwrap();
-    conn.call(&["SUBSCRIBE", &key(name, "released")]).unwrap();
+    conn.call(&["SUBSCRIBE", &keys(name).released]).unwrap();
     leader_d.signal(Signal::SIGTERM);
     let released = (0..8)
         .filter_map(|_| conn.read_next().ok().and_then(payload))
@@ -175,8 +170,8 @@ fn the_1001st_candidate_is_refused_with_a_warn_line_and_may_still_lead() {
     let ids: Vec<String> = (0..1000).map(|i| format!("c{i:04}")).collect();
     let hash: Vec<(String, String)> = ids.iter().map(|id| (id.clone(), entry(0, now))).collect();
     let index: Vec<(String, String)> = ids.iter().map(|id| (now.to_string(), id.clone())).collect();
-    batched(&redis, "HSET", &key(name, "candidates"), &hash);
-    batched(&redis, "ZADD", &key(name, "candidates:seen"), &index);
+    batched(&redis, "HSET", &keys(name).candidates, &hash);
+    batched(&redis, "ZADD", &keys(name).candidates_index, &index);
     let d = Daemon::spawn(&opts(&redis, name, "late"));
     let warned = wait_until(BOUND, POLL, || {
         d.events_named("registry_full").first().cloned()
@@ -184,7 +179,7 @@ fn the_1001st_candidate_is_refused_with_a_warn_line_and_may_still_lead() {
     .expect("a registry_full line");
     assert_eq!(warned["level"], "WARN", "{warned}");
     assert_eq!(
-        redis.cmd(&["HEXISTS", &key(name, "candidates"), "late"]),
+        redis.cmd(&["HEXISTS", &keys(name).candidates, "late"]),
         "0",
         "no entry written"
     );

@@ -6,22 +6,17 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use support::sentinel::MASTER;
-use support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer, Sentinel};
+use support::{
+    check_logs, keys, now_ms, seed_fence, wait_until, Daemon, DaemonOpts, RedisServer, Sentinel,
+};
 
 const NAME: &str = "sentinel-election";
 const LEASE_MS: u64 = 3000;
 const T: Duration = Duration::from_secs(5);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// Waits until a daemon leads with a validity that can only come from an acquire or renew
 /// sent after `after_ms`; returns its identity and fence.
@@ -58,8 +53,7 @@ fn leadership_follows_a_forced_failover_and_a_killed_master() {
         support::sentinel::start_watched(&["--repl-diskless-sync-delay", "0"]);
 
     // The election exists already (skip the first-start quarantine).
-    let fence_key = format!("leaderd:{{{NAME}}}:fence");
-    assert_eq!(servers[0].cmd(&["SET", &fence_key, "1000"]), "OK");
+    seed_fence(&servers[0], NAME);
 
     let urls: Vec<String> = sentinels.iter().map(Sentinel::url).collect();
     let extra = format!(
@@ -134,7 +128,7 @@ fn leadership_follows_a_forced_failover_and_a_killed_master() {
     let t1 = now_ms() + 1000;
     let (leader, _) = leader_after(&daemons, t1, Duration::from_secs(15))
         .expect("leadership continues after the forced failover");
-    let lock = format!("leaderd:{{{NAME}}}:lock");
+    let lock = keys(NAME).lock;
     let holder = wait_until(T, Duration::from_millis(100), || {
         let h = server_on(&mut servers, new).cmd(&["HGET", &lock, "holder"]);
         (h == leader).then_some(h)

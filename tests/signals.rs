@@ -3,15 +3,15 @@
 //! burst of them during the shutdown changes nothing. Real processes, real signals, a real
 //! redis-server.
 
-mod daemon_common;
 mod support;
 
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use daemon_common::*;
+use support::replicas::*;
 use support::safety::{event_name, field};
+use support::{now_ms, POLL, SLOW};
 
 /// SIGTERM's bound: `grace_period` (3 s by default) + 1 s.
 const EXIT_WAIT: Duration = Duration::from_secs(4);
@@ -19,7 +19,7 @@ const EXIT_WAIT: Duration = Duration::from_secs(4);
 /// The leader of a fresh 2-replica cluster gets `sig` 200 times in a row.
 fn leader_gets_a_burst_of(sig: Signal) {
     let name = format!("burst-{}", sig.as_str().to_lowercase());
-    let mut c = Cluster::start(&name, 2, false, "");
+    let mut c = Replicas::start(&name, 2, false, "");
     let l = c.wait_agreed_leader(&c.all(), SLOW);
     let fence1 = c.daemons[l].status_doc().unwrap()["fence"]
         .as_u64()

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{run_cli, RedisServer};
+use support::{keys, run_cli, RedisServer};
 
 fn status(redis: &RedisServer, name: &str) -> (Option<i32>, Value) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -27,7 +27,7 @@ fn status(redis: &RedisServer, name: &str) -> (Option<i32>, Value) {
 }
 
 fn place(redis: &RedisServer, name: &str, fields: &[&str]) {
-    let key = format!("leaderd:{{{name}}}:lock");
+    let key = keys(name).lock;
     let mut args = vec!["HSET", key.as_str()];
     args.extend_from_slice(fields);
     redis.cmd(&args);
@@ -149,7 +149,7 @@ fn status_text(redis: &RedisServer, name: &str) -> (Option<i32>, String) {
 fn status_text_is_one_line_per_candidate_and_says_no_ttl() {
     let redis = RedisServer::start();
     let fields = ["holder", "x", "token", "abc", "fence", "9"];
-    redis.cmd(&[&["HSET", "leaderd:{st-t}:lock"][..], &fields].concat());
+    redis.cmd(&[&["HSET", &keys("st-t").lock][..], &fields].concat());
     // Seen now by the server's clock (an entry seen in the future is ignored), indexed.
     let t = redis.cmd(&["TIME"]);
     let mut t = t.lines().map(|x| x.parse::<u64>().unwrap());
@@ -159,9 +159,9 @@ fn status_text_is_one_line_per_candidate_and_says_no_ttl() {
          \"address\":\"10.0.0.1:80\\r\\nX\",\"version\":\"0.1\\u001b[31m\",\
          \"started_at_ms\":1,\"seen_at_ms\":{now}}}"
     );
-    redis.cmd(&["HSET", "leaderd:{st-t}:candidates", "ev\nil", &entry]);
+    redis.cmd(&["HSET", &keys("st-t").candidates, "ev\nil", &entry]);
     let score = now.to_string();
-    redis.cmd(&["ZADD", "leaderd:{st-t}:candidates:seen", &score, "ev\nil"]);
+    redis.cmd(&["ZADD", &keys("st-t").candidates_index, &score, "ev\nil"]);
     let (code, text) = status_text(&redis, "st-t");
     assert_eq!(code, Some(0), "{text}");
     let lines: Vec<&str> = text.lines().collect();

@@ -14,7 +14,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 use support::daemon::parse_json_lines;
-use support::{leaderd_bin, run_cli, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{leaderd_bin, run_cli, seed_fence, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const BOUND: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(50);
@@ -117,11 +117,6 @@ impl Drop for Watch {
     }
 }
 
-fn seed(redis: &RedisServer, name: &str) {
-    let key = format!("leaderd:{{{name}}}:fence");
-    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
-}
-
 fn replica(redis: &RedisServer, name: &str, identity: &str) -> Daemon {
     let mut o = DaemonOpts::new(name, identity, &redis.url());
     o.lease = "3s".into();
@@ -169,7 +164,7 @@ fn steady(doc: &Value) -> Value {
 fn watch_json_prints_a_document_per_change_and_none_without() {
     let redis = RedisServer::start();
     let name = "watch-json";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let mut a = replica(&redis, name, "a");
     assert!(wait_until(BOUND, POLL, || leads(&a).then_some(())).is_some());
     let mut w = Watch::start(&redis, name, true);
@@ -239,7 +234,7 @@ fn watch_json_prints_a_document_per_change_and_none_without() {
 fn watch_text_without_a_tty_shows_the_error_and_recovers() {
     let mut redis = RedisServer::start();
     let name = "watch-text";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = replica(&redis, name, "a");
     assert!(wait_until(BOUND, POLL, || leads(&a).then_some(())).is_some());
     let mut w = Watch::start(&redis, name, false);
@@ -284,7 +279,7 @@ fn watch_text_without_a_tty_shows_the_error_and_recovers() {
 fn watch_on_a_terminal_clears_and_redraws() {
     let redis = RedisServer::start();
     let name = "watch-tty";
-    seed(&redis, name);
+    seed_fence(&redis, name);
     let a = replica(&redis, name, "a");
     assert!(wait_until(BOUND, POLL, || leads(&a).then_some(())).is_some());
     // `script` (util-linux, Essential on Debian) gives the watcher a pseudo-terminal; `timeout`

@@ -9,7 +9,7 @@ use std::time::Duration;
 use leaderd::handover::{Announcement, Reservation};
 use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, RedlockClient, Term};
 use serde_json::Value;
-use support::{RedisServer, Reply, RespConn};
+use support::{seed_fence, RedisServer, Reply, RespConn};
 use tokio::time::timeout;
 
 const BOUND: Duration = Duration::from_secs(15);
@@ -77,7 +77,7 @@ struct Handed {
 /// `a` takes the lease and releases it reserved for `b` (whose acquires need `b_acks`
 /// replicas), which acquires as soon as it hears; `sub` is drained of `a`'s `acquired`.
 async fn reserve_for_b(redis: &RedisServer, name: &str, b_acks: u32, sub: &mut RespConn) -> Handed {
-    redis.cmd(&["SET", &spec(name, "x").keys().fence, "1000"]);
+    seed_fence(redis, name);
     let a = backend(redis, name, "a", 0);
     let b = backend(redis, name, "b", b_acks);
     hand_over(&a, &b, std::slice::from_mut(sub)).await
@@ -155,7 +155,7 @@ async fn the_successor_hears_first_and_the_channel_gets_released_then_acquired()
 async fn a_successor_that_does_not_come_leaves_the_announcement_to_the_releaser() {
     let redis = RedisServer::start();
     let name = "sf-absent";
-    redis.cmd(&["SET", &spec(name, "x").keys().fence, "1000"]);
+    seed_fence(&redis, name);
     let a = backend(&redis, name, "a", 0);
     let c = backend(&redis, name, "c", 0);
     let mut sub = subscriber(&redis, name);
@@ -223,7 +223,7 @@ async fn on_redlock_every_node_tells_the_successor_first_then_announces_in_order
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let name = "sf-redlock";
     for n in &nodes {
-        n.cmd(&["SET", &spec(name, "x").keys().fence, "1000"]);
+        seed_fence(n, name);
     }
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let a = RedlockClient::connect(&urls, spec(name, "a")).expect("redlock");

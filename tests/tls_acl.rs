@@ -11,24 +11,19 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use support::new_token;
-use support::{free_port, minimal_acl, wait_until, Daemon, DaemonOpts, RedisServer};
+use support::{
+    free_port, keys, minimal_acl, new_token, now_ms, seed_fence, wait_until, Daemon, DaemonOpts,
+    RedisServer,
+};
 
 const LEASE_MS: u64 = 2000;
 
 fn create_user(server: &RedisServer, acl: &[String]) {
     let args: Vec<&str> = acl.iter().map(String::as_str).collect();
     assert_eq!(server.cmd(&args), "OK", "{args:?}");
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// The identity of a daemon leading with a validity from a renew sent after `after_ms`.
@@ -56,11 +51,6 @@ fn opts(name: &str, identity: &str, url: &str, extra: &str) -> DaemonOpts {
     o.retry = "1s".into();
     o.command_timeout = "800ms".into();
     o
-}
-
-fn seed_fence(server: &RedisServer, name: &str) {
-    let key = format!("leaderd:{{{name}}}:fence");
-    assert_eq!(server.cmd(&["SET", &key, "1000"]), "OK");
 }
 
 fn assert_secret_absent(secret: &str, what: &str, text: &str) {
@@ -199,7 +189,7 @@ fn a_missing_permission_is_named() {
                 .find(|e| e.to_string().contains(needle))
         })
     };
-    let e = named(&no_incr, "INCR leaderd:{perm-a}:fence").unwrap_or_else(|| {
+    let e = named(&no_incr, &format!("INCR {}", keys("perm-a").fence)).unwrap_or_else(|| {
         panic!("the missing +incr is named:\n{}", no_incr.log());
     });
     assert!(e.to_string().contains("acquire script"), "{e}");

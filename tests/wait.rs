@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leaderd::connection::FailureKind;
 use leaderd::{Acquire, Backend, Lease, LeaseError, LeaseSpec, RedisSpec, Term};
-use support::{wait_until, RedisServer};
+use support::{seed_fence, wait_until, RedisServer};
 use tokio::time::timeout;
 
 const BOUND: Duration = Duration::from_secs(15);
@@ -38,11 +38,6 @@ fn master_and_replica() -> (RedisServer, RedisServer) {
     });
     assert!(online.is_some(), "replica never came online");
     (master, replica)
-}
-
-fn seed_fence(master: &RedisServer, name: &str) {
-    let key = spec(name, "x").keys().fence;
-    assert_eq!(master.cmd(&["SET", &key, "1000"]), "OK");
 }
 
 async fn acquire(c: &Backend) -> Result<Acquire, LeaseError> {

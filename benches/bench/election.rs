@@ -5,12 +5,14 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::cluster::{last_valid_until, terms_since, Cluster, Timings, DEFAULTS, FAST};
 use super::stats::{
     calls_delta, command_calls, f, pcells, process_cpu, process_rss_mib, redis_cpu_seconds,
     summarize, unix_ms_f64, Summary, Table,
 };
+use super::timings::{Timings, DEFAULTS, FAST};
 use crate::support::check_logs;
+use crate::support::logs::{last_valid_until, terms_since};
+use crate::support::Replicas;
 
 type Json = serde_json::Map<String, serde_json::Value>;
 
@@ -19,12 +21,12 @@ fn summary_json(s: &Summary) -> serde_json::Value {
 }
 
 /// After a replica has been restarted: wait for it to be running and subscribed again.
-fn restart(c: &mut Cluster, idx: usize) {
+fn restart(c: &mut Replicas, idx: usize) {
     c.daemons[idx].restart();
     c.wait_settled(Duration::from_secs(30));
 }
 
-fn check_safety(c: &Cluster, what: &str) -> usize {
+fn check_safety(c: &Replicas, what: &str) -> usize {
     match check_logs(&c.logs()) {
         Ok(terms) => terms.len(),
         Err(e) => panic!("{what}: safety check failed:\n{e}"),
@@ -37,7 +39,7 @@ fn check_safety(c: &Cluster, what: &str) -> usize {
 /// SIGTERM of the leader to the new leader's `acquired_at`, and to the winning acquire's
 /// sending, in ms.
 fn handover_runs(timings: Timings, replicas: usize, runs: usize) -> (Vec<f64>, Vec<f64>) {
-    let mut c = Cluster::new(&format!("handover-{}", timings.retry_ms), timings, "");
+    let mut c = timings.replicas(&format!("handover-{}", timings.retry_ms), "");
     for _ in 0..replicas {
         c.spawn();
     }
@@ -109,7 +111,7 @@ pub fn handover(runs: usize, tables: &mut Vec<Table>, out: &mut Json) {
 /// `elapsed_ms` (request written to the new term's `acquired` announcement received), and the
 /// command's start to the target's `acquired_at`.
 pub fn handover_to(runs: usize, tables: &mut Vec<Table>, out: &mut Json) {
-    let mut c = Cluster::new("handover-to", DEFAULTS, "");
+    let mut c = DEFAULTS.replicas("handover-to", "");
     for _ in 0..3 {
         c.spawn();
     }
@@ -173,7 +175,7 @@ struct CrashSample {
 }
 
 fn crash_runs(timings: Timings, replicas: usize, runs: usize) -> Vec<CrashSample> {
-    let mut c = Cluster::new(&format!("crash-{}", timings.retry_ms), timings, "");
+    let mut c = timings.replicas(&format!("crash-{}", timings.retry_ms), "");
     for _ in 0..replicas {
         c.spawn();
     }
@@ -285,7 +287,7 @@ struct Window {
     cpu: Vec<Duration>,
 }
 
-fn window(c: &Cluster, secs: f64) -> Window {
+fn window(c: &Replicas, secs: f64) -> Window {
     let pids: Vec<u32> = c.daemons.iter().map(|d| d.pid()).collect();
     let cpu0: Vec<Duration> = pids
         .iter()
@@ -328,7 +330,7 @@ fn total_calls(w: &Window) -> u64 {
 pub fn steady(secs: f64, tables: &mut Vec<Table>, out: &mut Json) {
     let followers = 4;
     // Production-like: INFO logging (no `renewed` line per renew).
-    let mut c = Cluster::new("steady", DEFAULTS, "logging:\n  level: info\n");
+    let mut c = DEFAULTS.replicas("steady", "logging:\n  level: info\n");
     eprintln!("  steady: Redis alone, {secs:.0} s");
     let w0 = window(&c, secs);
     c.spawn();
@@ -435,7 +437,7 @@ pub fn steady(secs: f64, tables: &mut Vec<Table>, out: &mut Json) {
 // Herd
 
 pub fn herd(followers: usize, runs: usize, tables: &mut Vec<Table>, out: &mut Json) {
-    let mut c = Cluster::new("herd", DEFAULTS, "logging:\n  level: info\n");
+    let mut c = DEFAULTS.replicas("herd", "logging:\n  level: info\n");
     c.spawn();
     c.wait_settled(Duration::from_secs(30));
     eprintln!("  herd: starting {followers} followers");

@@ -8,8 +8,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::cluster::{acquired_at, Cluster, DEFAULTS, FAST};
 use super::stats::{f, pcells, summarize, Table};
+use super::timings::{DEFAULTS, FAST};
+use crate::support::logs::acquired_at;
 use crate::support::monitor::{clients, Monitor};
 use crate::support::safety::{event_name, field_u64};
 
@@ -29,7 +30,7 @@ pub fn run(secs: f64, runs: usize, tables: &mut Vec<Table>, out: &mut Json) {
 
 fn cost(secs: f64, tables: &mut Vec<Table>, out: &mut Json) {
     let followers = 4;
-    let mut c = Cluster::new("followers", DEFAULTS, "logging:\n  level: info\n");
+    let mut c = DEFAULTS.replicas("followers", "logging:\n  level: info\n");
     c.spawn();
     c.wait_settled(Duration::from_secs(30));
     let before = addrs(&c.redis.cmd(&["CLIENT", "LIST"]));
@@ -117,7 +118,7 @@ fn shown_at(d: &crate::support::Daemon, fence: u64) -> Option<f64> {
 }
 
 fn announcement(runs: usize, tables: &mut Vec<Table>, out: &mut Json) {
-    let mut c = Cluster::new("announce", FAST, "");
+    let mut c = FAST.replicas("announce", "");
     for _ in 0..3 {
         c.spawn();
     }

@@ -384,7 +384,7 @@ fn measure(redis: &RedisServer, runtime: Runtime, imp: Impl, tasks: usize, secon
     // Fence counters exist already: a running election, not a brand-new one (which would
     // quarantine every lease for one lease duration).
     for i in 0..tasks {
-        redis.cmd(&["SET", &format!("leaderd:{{bench-{i}}}:fence"), "1000"]);
+        crate::support::seed_fence(redis, &format!("bench-{i}"));
     }
     rt.block_on(async move {
         let run = Arc::new(Run {

@@ -99,7 +99,7 @@ fn replicas(redis: &RedisServer, name: &str, n: usize, secs: f64) -> (f64, f64, 
 /// 1000, oversized, malformed), then 3 replicas heartbeating: usec per heartbeat.
 fn junk(redis: &RedisServer, secs: f64) -> f64 {
     let name = "registry-junk";
-    let key = format!("leaderd:{{{name}}}:candidates");
+    let key = crate::support::keys(name).candidates;
     let future = "99999999999999";
     let big = "x".repeat(4096);
     let mut args: Vec<String> = vec!["HSET".into(), key.clone()];

@@ -1,17 +1,12 @@
-//! Helpers of the lock tests: the Redis keys of an election, and a lock call that must end.
+//! Helpers of the lock tests: a lock call that must end.
 
 use std::time::Duration;
 
-use leaderd::{Lease, LeaseGuard, LeaseKeys, LeaseSpec, Locker};
+use leaderd::{Lease, LeaseGuard, Locker};
 use tokio::time::{timeout, Instant};
 
 /// How long a lock test waits for any one call before it fails.
 pub const BOUND: Duration = Duration::from_secs(15);
-
-/// The Redis keys of election `name` (they depend on the name alone).
-pub fn keys(name: &str) -> LeaseKeys {
-    LeaseSpec::new(name, "x", Duration::from_secs(1)).keys()
-}
 
 /// `f`, which must finish within [`BOUND`] (a panic naming `what` otherwise).
 pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {

@@ -1,26 +1,42 @@
-//! Test support shared by leaderd's integration tests: real redis-server, TCP proxy, daemon runner, safety checker.
+//! Test support shared by leaderd's integration tests and benchmarks: real redis-server,
+//! TCP proxy, daemon runner, replicas of one election, log and safety checks.
+// Every test binary (and the benchmark) compiles all of it and uses a part: what one binary
+// leaves unused is used by another, so unused items and imports are not reported here.
 #![allow(dead_code, unused_imports)]
 
 pub mod daemon;
+pub mod election;
+pub mod exec;
 pub mod locks;
+pub mod logs;
+pub mod metrics;
 pub mod monitor;
 pub mod prometheus;
 pub mod proxy;
 pub mod redis;
+pub mod replicas;
 pub mod safety;
 pub mod sentinel;
 pub mod timeshift;
 pub mod tools;
 
 pub use self::daemon::{leaderd_bin, run_cli, CliOutput, Daemon, DaemonOpts};
+pub use self::election::{is_leader, keys, seed_fence, wait_leader};
 pub use self::proxy::Proxy;
-pub use self::redis::{resp_cmd, RedisServer, Reply, RespConn};
+pub use self::redis::{payload, resp_cmd, RedisServer, Reply, RespConn};
+pub use self::replicas::Replicas;
 pub use self::safety::{check_logs, check_no_overlap, terms_from_logs, Term};
 pub use self::sentinel::Sentinel;
 pub use self::timeshift::ShiftedClock;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
+
+/// How often a test polls what it waits for.
+pub const POLL: Duration = Duration::from_millis(25);
+/// How long a test waits for what should come soon. Generous: the machine may be small and
+/// shared.
+pub const SLOW: Duration = Duration::from_secs(15);
 
 /// Poll `f` every `step` until it returns `Some`, for at most `timeout` (and at most
 /// `timeout / step + 2` calls). Returns `None` when time runs out.
@@ -164,6 +180,11 @@ fn rand_u64() -> u64 {
             .map_or(0, |d| d.as_nanos()),
     );
     h.finish()
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    unix_ms(std::time::SystemTime::now())
 }
 
 /// Milliseconds since the Unix epoch.

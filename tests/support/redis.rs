@@ -330,6 +330,17 @@ pub enum Reply {
     Array(Vec<Reply>),
 }
 
+/// The payload of a subscriber's `message` push.
+pub fn payload(reply: Reply) -> Option<String> {
+    match reply {
+        Reply::Array(items) if items.len() == 3 => match &items[2] {
+            Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 impl Reply {
     /// Simple strings and bulk strings as their content, integers in decimal, nil as `(nil)`,
     /// errors as `error: <message>`, arrays as their elements' renderings joined by `\n`.

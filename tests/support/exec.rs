@@ -1,20 +1,15 @@
-//! Shared by the exec-mode tests: the writer and heartbeat children, reading their lines
-//! back, the checks over children and logs, leader detection and process (and process
-//! group) inspection through `/proc`.
-#![allow(dead_code)]
+//! Exec mode from outside: the writer and heartbeat children, reading their lines back,
+//! the check that every child lived within its term, and process (and process group)
+//! inspection through `/proc`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::safety::field_u64;
-use crate::support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer, Term};
+use super::logs::{u64_of, wait_event};
+use super::{check_logs, wait_until, Daemon, DaemonOpts, Term, POLL, SLOW};
 
-pub const POLL: Duration = Duration::from_millis(25);
-/// Generous: the machine is small and shared.
-pub const SLOW: Duration = Duration::from_secs(15);
 pub const GRACE_300: &str = "exec:\n  grace_period: 300ms\n";
 
 /// A perl child appending `<unix_ms> <fence>` to `out` every 4ms; optionally deaf to SIGTERM.
@@ -114,40 +109,6 @@ pub fn opts(name: &str, identity: &str, url: &str, extra: &str, exec: Vec<String
     o
 }
 
-/// The one daemon among `among` whose `/leader` says it leads, once exactly one does.
-pub fn wait_leader(ds: &[Daemon], among: &[usize], timeout: Duration) -> usize {
-    wait_until(timeout, POLL, || {
-        let leaders: Vec<usize> = among
-            .iter()
-            .copied()
-            .filter(|&i| {
-                ds[i]
-                    .status_doc()
-                    .is_some_and(|d| d["is_leader"] == Value::Bool(true))
-            })
-            .collect();
-        (leaders.len() == 1).then(|| leaders[0])
-    })
-    .unwrap_or_else(|| panic!("no single leader among {among:?} within {timeout:?}"))
-}
-
-pub fn events(d: &Daemon, name: &str) -> Vec<Value> {
-    d.events_named(name)
-}
-
-pub fn wait_event(d: &Daemon, name: &str, n: usize, timeout: Duration) -> Value {
-    wait_until(timeout, POLL, || events(d, name).get(n - 1).cloned()).unwrap_or_else(|| {
-        panic!(
-            "{}: fewer than {n} `{name}` within {timeout:?}",
-            d.identity()
-        )
-    })
-}
-
-pub fn u64_of(ev: &Value, key: &str) -> u64 {
-    field_u64(ev, key).unwrap_or_else(|| panic!("no `{key}` in {ev}"))
-}
-
 /// True while `pid` exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -230,8 +191,4 @@ pub fn keeper_of(d: &Daemon) -> u32 {
 /// The pid of the current term's child, from its `child_started` line.
 pub fn child_pid(d: &Daemon, n: usize) -> u32 {
     u64_of(&wait_event(d, "child_started", n, SLOW), "pid") as u32
-}
-
-pub fn lock_exists(redis: &RedisServer, name: &str) -> bool {
-    redis.cmd(&["EXISTS", &format!("leaderd:{{{name}}}:lock")]) == "1"
 }
