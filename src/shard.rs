@@ -1,0 +1,6 @@
+//! Sharded leadership (README, "Shards"): shard `s` of an election is a lease of its own,
+//! fenced from the election's one counter; [`Assignment`] says which member should own it.
+
+mod assign;
+
+pub use assign::Assignment;
