@@ -3,4 +3,5 @@
 
 mod assign;
 
+pub use crate::lease::{ShardRenewal, ShardTerm};
 pub use assign::Assignment;
