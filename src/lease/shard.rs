@@ -137,6 +137,31 @@ impl LeaseClient {
         Ok(renewed.collect())
     }
 
+    /// The identities whose registry entry was refreshed at or after `since_ms` (Redis time),
+    /// from the registry's index by `seen_at_ms` (at most twice [`super::MAX_CANDIDATES`]).
+    pub(crate) async fn candidates_seen_since(
+        &self,
+        since_ms: u64,
+        budget: Duration,
+    ) -> Result<Vec<String>, LeaseError> {
+        let index = self.keys.candidates_index.clone();
+        let limit = 2 * super::MAX_CANDIDATES;
+        self.endpoint
+            .call(Some(budget), |mut c| async move {
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(&index)
+                    .arg(since_ms)
+                    .arg("+inf")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await
+            .map_err(|f| self.lift(f))
+    }
+
     /// Shards `0..count` as they are in Redis, read in one round trip (a vacant shard is
     /// [`Observed::Quarantined`] while the election's quarantine stands).
     ///
