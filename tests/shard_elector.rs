@@ -146,3 +146,51 @@ async fn electors_settle_to_the_assignment_share_with_a_newcomer_and_take_over_a
         r.stop.cancel();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_electors_shards_are_taken_after_their_validity_by_their_targets() {
+    let redis = RedisServer::start();
+    let fence = format!("leaderd:{{{NAME}}}:fence");
+    assert_eq!(redis.cmd(&["SET", &fence, "1000"]), "OK");
+    let url = redis.url();
+    let mut fences = HashMap::new();
+    let mut replicas: Vec<Replica> = ["a", "b", "c"].iter().map(|id| start(&url, id)).collect();
+    settled(&replicas, &mut fences).await;
+    // c dies without a word: no release, no registry removal.
+    let c = replicas.pop().expect("c");
+    c.task.abort();
+    let _ = c.task.await;
+    let had: HashMap<u32, Instant> = c
+        .owned
+        .borrow()
+        .iter()
+        .map(|o| (o.shard, o.valid_until))
+        .collect();
+    assert!(!had.is_empty());
+    let died = Instant::now();
+    let mut pending = had.clone();
+    while !pending.is_empty() && died.elapsed() < SETTLE {
+        let now = owners(&replicas, &mut fences);
+        for (shard, (owner, _)) in &now {
+            if let Some(valid_until) = pending.remove(shard) {
+                // Taken only once c's own validity for it had passed.
+                assert!(
+                    Instant::now() > valid_until,
+                    "shard {shard} taken by {owner} early"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(pending.is_empty(), "never taken: {pending:?}");
+    let took = died.elapsed();
+    eprintln!(
+        "c's {} shards taken within {took:?} of its death",
+        had.len()
+    );
+    assert!(took < LEASE + Duration::from_secs(1), "{took:?}");
+    settled(&replicas, &mut fences).await;
+    for r in &replicas {
+        r.stop.cancel();
+    }
+}
