@@ -100,19 +100,27 @@ async fn settled(replicas: &[Replica], fences: &mut HashMap<u32, u64>) -> Durati
     panic!("not settled to {want:?} within {SETTLE:?}: {last:?}");
 }
 
+/// Electors a, b and c of a fresh election (its counter seeded: no quarantine), settled.
+async fn three_settled(redis: &RedisServer, fences: &mut HashMap<u32, u64>) -> Vec<Replica> {
+    let fence = format!("leaderd:{{{NAME}}}:fence");
+    assert_eq!(redis.cmd(&["SET", &fence, "1000"]), "OK");
+    let replicas: Vec<Replica> = ["a", "b", "c"]
+        .iter()
+        .map(|id| start(&redis.url(), id))
+        .collect();
+    settled(&replicas, fences).await;
+    replicas
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn electors_settle_to_the_assignment_share_with_a_newcomer_and_take_over_a_leaver() {
     let redis = RedisServer::start();
-    let fence = format!("leaderd:{{{NAME}}}:fence");
-    assert_eq!(redis.cmd(&["SET", &fence, "1000"]), "OK");
-    let url = redis.url();
     let mut fences = HashMap::new();
-    let mut replicas: Vec<Replica> = ["a", "b", "c"].iter().map(|id| start(&url, id)).collect();
-    settled(&replicas, &mut fences).await;
+    let mut replicas = three_settled(&redis, &mut fences).await;
     let loads: Vec<usize> = replicas.iter().map(|r| r.owned.borrow().len()).collect();
     assert!(loads.iter().all(|&l| l <= 6), "{loads:?}");
 
-    replicas.push(start(&url, "d"));
+    replicas.push(start(&redis.url(), "d"));
     let took = settled(&replicas, &mut fences).await;
     let want = Assignment::compute(NAME, SHARDS, &["a", "b", "c", "d"], 0);
     assert_eq!(replicas[3].owned.borrow().len(), want.shards_of("d").len());
@@ -150,12 +158,8 @@ async fn electors_settle_to_the_assignment_share_with_a_newcomer_and_take_over_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_electors_shards_are_taken_after_their_validity_by_their_targets() {
     let redis = RedisServer::start();
-    let fence = format!("leaderd:{{{NAME}}}:fence");
-    assert_eq!(redis.cmd(&["SET", &fence, "1000"]), "OK");
-    let url = redis.url();
     let mut fences = HashMap::new();
-    let mut replicas: Vec<Replica> = ["a", "b", "c"].iter().map(|id| start(&url, id)).collect();
-    settled(&replicas, &mut fences).await;
+    let mut replicas = three_settled(&redis, &mut fences).await;
     // c dies without a word: no release, no registry removal.
     let c = replicas.pop().expect("c");
     c.task.abort();

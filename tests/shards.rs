@@ -12,7 +12,7 @@ use leaderd::{
     Acquire, Backend, Lease, LeaseClient, LeaseSpec, Observed, RedisSpec, Reservation, Term,
     Topology,
 };
-use support::{wait_until, RedisServer, RespConn};
+use support::{RedisServer, RespConn};
 use tokio::time::{timeout, Instant};
 
 /// Upper bound for any single await in these tests (they never hang).
@@ -53,6 +53,17 @@ async fn must_be_denied(c: &LeaseClient, shard: u32) -> Observed {
         Acquire::Denied(seen) => seen,
         Acquire::Acquired(t) => panic!("shard {shard} granted to {}: {t:?}", c.spec().holder),
     }
+}
+
+/// Releases `term` of `shard` reserved for `b` for 5 s.
+async fn release_to_b(c: &LeaseClient, shard: u32, term: &Term) {
+    let reservation = Reservation {
+        successor: "b",
+        window: Duration::from_secs(5),
+    };
+    let lease = c.shard(shard);
+    let released = lease.release_to(term, Some(reservation), c.default_budget());
+    assert!(bounded("release_to", released).await.unwrap());
 }
 
 fn held(seen: &Observed) -> Option<(&str, u64)> {
@@ -120,13 +131,7 @@ async fn a_reserved_release_of_a_shard_lets_only_its_successor_take_it() {
     sub.call(&["SUBSCRIBE", &successor_channel]).unwrap();
     let taken = must_take(&a, 5).await;
     let other = must_take(&a, 6).await;
-    let reservation = Reservation {
-        successor: "b",
-        window: Duration::from_secs(5),
-    };
-    let five = a.shard(5);
-    let released = five.release_to(&taken, Some(reservation), a.default_budget());
-    assert!(bounded("release_to", released).await.unwrap());
+    release_to_b(&a, 5, &taken).await;
     // The successor is told first, and the message names the shard.
     let told: serde_json::Value = serde_json::from_str(&next_message(&mut sub)).unwrap();
     assert_eq!(told["event"], "released");
@@ -224,13 +229,7 @@ async fn one_read_shows_every_shard_held_reserved_or_vacant() {
     let a = client(&redis.url(), name, "a", lease);
     let zero = must_take(&a, 0).await;
     let one = must_take(&a, 1).await;
-    let reservation = Reservation {
-        successor: "b",
-        window: Duration::from_secs(5),
-    };
-    let shard_one = a.shard(1);
-    let release = shard_one.release_to(&one, Some(reservation), a.default_budget());
-    assert!(bounded("release_to", release).await.unwrap());
+    release_to_b(&a, 1, &one).await;
     let seen = bounded("read_shards", a.read_shards(4, a.default_budget()))
         .await
         .unwrap();
@@ -309,29 +308,7 @@ async fn after_data_loss_no_shard_is_granted_for_one_lease_then_fences_are_above
 
 #[test]
 fn in_a_cluster_every_shard_key_is_in_the_election_slot() {
-    let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"];
-    let servers: Vec<RedisServer> = (0..3)
-        .map(|_| RedisServer::start_with_args(&args))
-        .collect();
-    let addrs: Vec<String> = servers
-        .iter()
-        .map(|s| format!("127.0.0.1:{}", s.port()))
-        .collect();
-    let created = std::process::Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run redis-cli --cluster create");
-    assert!(created.status.success(), "{created:?}");
-    wait_until(BOUND, Duration::from_millis(50), || {
-        let ok = servers
-            .iter()
-            .all(|s| s.cmd(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
-        ok.then_some(())
-    })
-    .expect("the cluster is ok");
+    let servers = support::cluster::create_cluster(3, 0, &[]);
     let name = "sh-cluster";
     let spec = LeaseSpec::new(name, "a", Duration::from_secs(10));
     let slot = |key: &str| servers[0].cmd(&["CLUSTER", "KEYSLOT", key]);

@@ -3,7 +3,7 @@
 //! the registry's index by `seen_at_ms`, not from the roster, whose other entries are only as
 //! fresh as its last full read), and since when each has been one, as this replica saw it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,10 +20,11 @@ impl Members {
     /// Takes in a read: the roster's candidates, and the identities the index shows
     /// refreshed within `lease_duration / 2`. Returns the members, ordered by identity.
     pub(crate) fn update(&mut self, roster: &Roster, fresh: &[String]) -> Vec<String> {
+        let fresh: HashSet<&str> = fresh.iter().map(String::as_str).collect();
         let mut members: Vec<String> = roster
             .candidates
             .iter()
-            .filter(|c| is_member(c) && fresh.contains(&c.identity))
+            .filter(|c| is_member(c) && fresh.contains(c.identity.as_str()))
             .map(|c| c.identity.clone())
             .collect();
         members.sort();
@@ -47,4 +48,47 @@ impl Members {
 /// Healthy, contending, and not stopping.
 fn is_member(c: &Candidate) -> bool {
     c.healthy && c.contending && c.state != "stopping"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(identity: &str, healthy: bool, contending: bool, state: &str) -> Candidate {
+        Candidate {
+            identity: identity.into(),
+            state: state.into(),
+            healthy,
+            contending,
+            priority: 0,
+            address: None,
+            version: "0".into(),
+            started_at_ms: 0,
+            healthy_since_ms: None,
+            seen_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn members_are_fresh_healthy_contending_and_not_stopping() {
+        let roster = Roster {
+            candidates: vec![
+                candidate("e", true, true, "follower"),
+                candidate("a", true, true, "leader"),
+                candidate("sick", false, true, "follower"),
+                candidate("out", true, false, "follower"),
+                candidate("bye", true, true, "stopping"),
+                candidate("stale", true, true, "follower"),
+            ],
+            ..Roster::default()
+        };
+        let fresh: Vec<String> = ["a", "e", "sick", "out", "bye", "ghost"]
+            .map(String::from)
+            .into();
+        let mut members = Members::default();
+        assert_eq!(members.update(&roster, &fresh), ["a", "e"]);
+        assert!(members.settled("a", Duration::ZERO));
+        assert!(!members.settled("a", Duration::from_secs(60)));
+        assert!(!members.settled("stale", Duration::ZERO));
+    }
 }

@@ -1,6 +1,7 @@
 //! Test support shared by leaderd's integration tests: real redis-server, TCP proxy, daemon runner, safety checker.
 #![allow(dead_code, unused_imports)]
 
+pub mod cluster;
 pub mod daemon;
 pub mod locks;
 pub mod monitor;
