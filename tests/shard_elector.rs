@@ -198,3 +198,52 @@ async fn a_crashed_electors_shards_are_taken_after_their_validity_by_their_targe
         r.stop.cancel();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_frozen_each_shard_is_stepped_down_before_its_validity() {
+    let redis = RedisServer::start();
+    let fence = format!("leaderd:{{{NAME}}}:fence");
+    assert_eq!(redis.cmd(&["SET", &fence, "1000"]), "OK");
+    let mut fences = HashMap::new();
+    let replicas = vec![start(&redis.url(), "a")];
+    settled(&replicas, &mut fences).await;
+    let before: Vec<OwnedShard> = replicas[0].owned.borrow().clone();
+    assert_eq!(before.len(), SHARDS as usize);
+    redis.pause();
+    let frozen = Instant::now();
+    let last_validity = before.iter().map(|o| o.valid_until).max().expect("owned");
+    // Every shard listed is within its validity; all are gone by the last validity.
+    let mut emptied = None;
+    while frozen.elapsed() < LEASE * 2 {
+        let now = Instant::now();
+        let owned = replicas[0].owned.borrow().clone();
+        for o in &owned {
+            assert!(
+                o.valid_until > now,
+                "shard {} listed past its validity",
+                o.shard
+            );
+        }
+        if owned.is_empty() {
+            emptied = Some(now);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    redis.resume();
+    let emptied = emptied.expect("every shard stepped down");
+    assert!(emptied < last_validity, "stepped down after the validity");
+    // Redis back: the shards expire there and are taken again, with higher fences.
+    settled(&replicas, &mut fences).await;
+    let after = replicas[0].owned.borrow().clone();
+    for (b, a) in before.iter().zip(&after) {
+        assert!(
+            a.fence > b.fence,
+            "shard {}: {} then {}",
+            a.shard,
+            b.fence,
+            a.fence
+        );
+    }
+    replicas[0].stop.cancel();
+}

@@ -6,6 +6,7 @@
 //! its next target. What it owns is published as a watch, stepped down before released.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
@@ -47,25 +48,56 @@ pub struct OwnedShard {
     pub valid_until: Instant,
     /// `valid_until` on the wall clock, for publishing.
     pub valid_until_wall: SystemTime,
+    /// When it leaves the list unless renewed first: its renew deadline, never after
+    /// `valid_until`.
+    pub step_down_at: Instant,
 }
 
 impl OwnedShard {
-    fn of(held: &ShardTerm) -> OwnedShard {
+    fn of(held: &ShardTerm, step_down_at: Instant) -> OwnedShard {
         OwnedShard {
             shard: held.shard,
             fence: held.term.fence,
             acquired_at: held.term.acquired_at,
             valid_until: held.term.valid_until,
             valid_until_wall: held.term.valid_until_wall,
+            step_down_at,
         }
     }
 }
+
+/// Takes each shard off the list at its `step_down_at`, whatever the elector is awaiting (a
+/// Redis that does not answer holds a call for its whole budget).
+async fn step_down_on_time(owned: Arc<watch::Sender<Vec<OwnedShard>>>) {
+    let mut changed = owned.subscribe();
+    loop {
+        let next = changed
+            .borrow_and_update()
+            .iter()
+            .map(|o| o.step_down_at)
+            .min();
+        let at = tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + LONG));
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = at => {
+                owned.send_if_modified(|list| {
+                    let (now, before) = (Instant::now(), list.len());
+                    list.retain(|o| o.step_down_at > now);
+                    list.len() != before
+                });
+            }
+        }
+    }
+}
+
+/// A wait with nothing to wait for.
+const LONG: Duration = Duration::from_secs(3600);
 
 /// The elector: see the module documentation.
 pub struct ShardElector {
     client: LeaseClient,
     policy: ShardPolicy,
-    owned: watch::Sender<Vec<OwnedShard>>,
+    owned: Arc<watch::Sender<Vec<OwnedShard>>>,
     held: Vec<ShardTerm>,
     members: Members,
     assignment: Assignment,
@@ -80,7 +112,7 @@ impl ShardElector {
         ShardElector {
             client,
             policy,
-            owned: watch::channel(Vec::new()).0,
+            owned: Arc::new(watch::channel(Vec::new()).0),
             held: Vec::new(),
             members: Members::default(),
             assignment,
@@ -98,6 +130,7 @@ impl ShardElector {
     /// Runs until `shutdown`, then releases every owned shard reserved for its next target
     /// and removes this replica's registry entry.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        let guard = tokio::spawn(step_down_on_time(self.owned.clone()));
         let mut releases = self.client.watch_releases();
         let (mut next_beat, mut next_renew) = (Instant::now(), Instant::now());
         loop {
@@ -106,11 +139,11 @@ impl ShardElector {
                 self.read_members().await;
                 next_beat = now + self.policy.lease_duration / 3;
             }
+            self.step_down_late().await;
             if now >= next_renew {
                 self.renew().await;
                 next_renew = now + self.policy.retry_period;
             }
-            self.step_down_late();
             self.hand_over().await;
             self.contend().await;
             let deadline = self.held.iter().map(|h| self.deadline(h)).min();
@@ -122,6 +155,7 @@ impl ShardElector {
             }
         }
         self.leave().await;
+        guard.abort();
     }
 
     fn me(&self) -> &str {
@@ -138,8 +172,14 @@ impl ShardElector {
         (held.term.last_sent + self.policy.renew_deadline).min(held.term.valid_until)
     }
 
+    /// Publishes the held shards whose deadline has not passed.
     fn publish(&self) {
-        let mut owned: Vec<OwnedShard> = self.held.iter().map(OwnedShard::of).collect();
+        let now = Instant::now();
+        let listed = self
+            .held
+            .iter()
+            .map(|h| OwnedShard::of(h, self.deadline(h)));
+        let mut owned: Vec<OwnedShard> = listed.filter(|o| o.step_down_at > now).collect();
         owned.sort_by_key(|o| o.shard);
         self.owned.send_replace(owned);
     }
@@ -188,24 +228,42 @@ impl ShardElector {
             return;
         }
         let budget = self.budget();
+        let deadlines: Vec<Instant> = self.held.iter().map(|h| self.deadline(h)).collect();
         let Ok(results) = self.client.renew_shards(&mut self.held, budget).await else {
             return; // each shard keeps its own deadline
         };
-        let mut results = results.into_iter();
-        self.held
-            .retain(|_| results.next() == Some(ShardRenewal::Renewed));
+        // A renew answered after a shard's deadline does not bring it back: it was
+        // stepped down then (`step_down_on_time`); its term ends here and is released.
+        let now = Instant::now();
+        let mut late = Vec::new();
+        let renewed = std::mem::take(&mut self.held).into_iter().zip(results);
+        for ((held, result), deadline) in renewed.zip(deadlines) {
+            match result {
+                ShardRenewal::Renewed if deadline > now => self.held.push(held),
+                ShardRenewal::Renewed => late.push(held),
+                ShardRenewal::Lost => {}
+            }
+        }
         self.publish();
+        for held in &late {
+            let _ = self.release(held, None).await;
+        }
     }
 
-    /// Steps down every shard whose renew deadline has passed.
-    fn step_down_late(&mut self) {
+    /// Steps down every shard whose renew deadline has passed (published), then tries to
+    /// release each (it may still be this term's in Redis).
+    async fn step_down_late(&mut self) {
         let now = Instant::now();
-        let before = self.held.len();
-        let deadlines: Vec<Instant> = self.held.iter().map(|h| self.deadline(h)).collect();
-        let mut late = deadlines.into_iter();
-        self.held.retain(|_| late.next().is_some_and(|d| d > now));
-        if self.held.len() != before {
-            self.publish();
+        let (late, kept): (Vec<ShardTerm>, Vec<ShardTerm>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| self.deadline(h) <= now);
+        self.held = kept;
+        if late.is_empty() {
+            return;
+        }
+        self.publish();
+        for h in &late {
+            let _ = self.release(h, None).await;
         }
     }
 
