@@ -103,6 +103,8 @@ pub struct ShardElector {
     assignment: Assignment,
     vacant_since: HashMap<u32, Instant>,
     started_at_ms: u64,
+    /// The shards must be read again: the assignment changed, or a message came.
+    read_due: bool,
 }
 
 impl ShardElector {
@@ -118,6 +120,7 @@ impl ShardElector {
             assignment,
             vacant_since: HashMap::new(),
             started_at_ms: unix_ms(SystemTime::now()),
+            read_due: true,
         }
     }
 
@@ -133,6 +136,7 @@ impl ShardElector {
         let guard = tokio::spawn(step_down_on_time(self.owned.clone()));
         let mut releases = self.client.watch_releases();
         let (mut next_beat, mut next_renew) = (Instant::now(), Instant::now());
+        let mut next_read = Instant::now();
         loop {
             let now = Instant::now();
             if now >= next_beat {
@@ -145,13 +149,15 @@ impl ShardElector {
                 next_renew = now + self.policy.retry_period;
             }
             self.hand_over().await;
-            self.contend().await;
+            if self.read_due || Instant::now() >= next_read {
+                next_read = self.contend().await;
+            }
             let deadline = self.held.iter().map(|h| self.deadline(h)).min();
             let wake = deadline.map_or(next_renew, |d| d.min(next_renew));
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep_until(wake.min(next_beat)) => {}
-                _ = releases.changed() => {}
+                _ = tokio::time::sleep_until(wake.min(next_beat).min(next_read)) => {}
+                _ = releases.changed() => self.read_due = true,
             }
         }
         self.leave().await;
@@ -219,7 +225,9 @@ impl ShardElector {
         };
         let members = self.members.update(&roster, &fresh);
         let (name, p) = (&self.client.spec().name, &self.policy);
-        self.assignment = Assignment::compute(name, p.shards, &members, p.max_shards_per_replica);
+        let assignment = Assignment::compute(name, p.shards, &members, p.max_shards_per_replica);
+        self.read_due |= assignment != self.assignment;
+        self.assignment = assignment;
     }
 
     /// One renew of every held shard; a shard reported lost is stepped down at once.
@@ -315,13 +323,19 @@ impl ShardElector {
     }
 
     /// Reads every shard and tries those that are this replica's to take: its targets when
-    /// vacant, any reserved for it, and any vacant for a `retry_period`.
-    async fn contend(&mut self) {
+    /// vacant, any reserved for it, and any vacant for a `retry_period`. Returns when to read
+    /// again (unless a message or a new assignment comes first): the earliest a shard not
+    /// held here can become free as this read saw it (+1 ms), or half a `retry_period` while
+    /// one is vacant, a `retry_period` after a failed read.
+    async fn contend(&mut self) -> Instant {
         let (shards, budget) = (self.policy.shards, self.budget());
+        self.read_due = false;
+        let sent = Instant::now();
         let Ok(seen) = self.client.read_shards(shards, budget).await else {
-            return;
+            return sent + self.policy.retry_period;
         };
         let now = Instant::now();
+        let mut next = now + self.policy.lease_duration;
         let mut granted = false;
         for (shard, seen) in (0..shards).zip(seen) {
             if self.held.iter().any(|h| h.shard == shard) {
@@ -339,7 +353,12 @@ impl ShardElector {
             if !matches!(seen, Observed::Vacant) {
                 self.vacant_since.remove(&shard);
             }
+            let free_at = match seen.remaining() {
+                Some(left) if !take => sent + left + Duration::from_millis(1),
+                _ => now + self.policy.retry_period / 2,
+            };
             if !take {
+                next = next.min(free_at);
                 continue;
             }
             if let Ok(Acquire::Acquired(term)) = self.client.shard(shard).try_acquire(budget).await
@@ -347,11 +366,14 @@ impl ShardElector {
                 self.vacant_since.remove(&shard);
                 self.held.push(ShardTerm { shard, term });
                 granted = true;
+            } else {
+                next = next.min(free_at);
             }
         }
         if granted {
             self.publish();
         }
+        next
     }
 
     /// On shutdown: every held shard stepped down (published), the registry entry removed (so
