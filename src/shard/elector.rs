@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::members::Members;
 use super::{Assignment, ShardRenewal, ShardTerm};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient, Observed};
-use crate::lease::{LeaseError, Reservation};
+use crate::lease::{Announcement, LeaseError, Reservation};
 
 /// The shape and timing of a sharded election.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -157,7 +157,10 @@ impl ShardElector {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep_until(wake.min(next_beat).min(next_read)) => {}
-                _ = releases.changed() => self.read_due = true,
+                // A release (or a lost subscription) may free a shard; a term begun does not.
+                heard = releases.changed() => {
+                    self.read_due |= !matches!(heard, Some(Announcement::Acquired { .. }));
+                }
             }
         }
         self.leave().await;
