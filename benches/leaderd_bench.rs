@@ -2,7 +2,7 @@
 //!
 //! Runs leaderd against real `redis-server` processes on loopback and prints the tables of
 //! BENCHMARKS.md; writes them to `target/leaderd-bench/results.md` (and `.json`).
-//! Sections: handover, crash, steady, herd, lock, proxy, followers, registry (default: all). `BENCH_LOCK_ONLY=rslock,lease`
+//! Sections: handover, crash, steady, herd, lock, proxy, followers, registry, shards (default: all). `BENCH_LOCK_ONLY=rslock,lease`
 //! limits the lock section to some of floor, rslock, election, lease, locker, plain;
 //! `BENCH_LOCK_SERVERS=redis,valkey9` (the default) names the servers it runs on (also valkey8).
 
@@ -15,6 +15,7 @@ mod bench {
     pub mod lock;
     pub mod proxy;
     pub mod registry;
+    pub mod shards;
     pub mod stats;
     pub mod timings;
 }
@@ -24,7 +25,7 @@ use std::process::Command;
 
 use bench::stats::{loadavg, Table};
 
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "handover",
     "handover-to",
     "crash",
@@ -34,6 +35,7 @@ const SECTIONS: [&str; 9] = [
     "proxy",
     "followers",
     "registry",
+    "shards",
 ];
 
 fn main() {
@@ -95,6 +97,7 @@ fn main() {
             }
             "proxy" => bench::proxy::run(quick, &mut tables, &mut json),
             "registry" => bench::registry::run(quick, &mut tables, &mut json),
+            "shards" => bench::shards::run(&mut tables, &mut json),
             "followers" => bench::followers::run(
                 if quick { 30.0 } else { 90.0 },
                 if quick { 10 } else { 30 },

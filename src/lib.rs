@@ -75,6 +75,7 @@ mod lease;
 mod lock;
 mod redlock;
 mod server_info;
+pub mod shard;
 
 #[cfg(feature = "daemon")]
 mod daemon;

@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -93,33 +92,7 @@ fn settled(servers: &[RedisServer], slot: u16, port: u16) -> bool {
 /// Six nodes (`cluster-node-timeout 1000`), three masters with one replica each, all agreeing
 /// that the cluster is ok; returns them, the lease's slot and the master that serves it.
 fn six_node_cluster() -> (Vec<RedisServer>, u16, Node) {
-    let args = [
-        "--cluster-enabled",
-        "yes",
-        "--cluster-node-timeout",
-        "1000",
-        "--repl-diskless-sync-delay",
-        "0",
-    ];
-    let servers: Vec<RedisServer> = (0..6)
-        .map(|_| RedisServer::start_with_args(&args))
-        .collect();
-    let addrs: Vec<String> = servers
-        .iter()
-        .map(|s| format!("127.0.0.1:{}", s.port()))
-        .collect();
-    let created = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run redis-cli --cluster create");
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stdout)
-    );
+    let servers = support::cluster::create_cluster(3, 1, &["--repl-diskless-sync-delay", "0"]);
     let lock = keys(NAME).lock;
     let slot: u16 = servers[0]
         .cmd(&["CLUSTER", "KEYSLOT", &lock])

@@ -495,30 +495,8 @@ fn redlock_handover_reserves_on_a_majority() {
 
 #[test]
 fn cluster_handover_goes_through_the_lease_shard() {
-    let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"];
-    let servers: Vec<RedisServer> = (0..3)
-        .map(|_| RedisServer::start_with_args(&args))
-        .collect();
-    let addrs: Vec<String> = servers
-        .iter()
-        .map(|s| format!("127.0.0.1:{}", s.port()))
-        .collect();
-    let created = std::process::Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run redis-cli --cluster create");
-    assert!(created.status.success(), "{created:?}");
+    let servers = support::cluster::create_cluster(3, 0, &[]);
     let name = "clhv";
-    wait_until(BOUND, POLL, || {
-        let ok = servers
-            .iter()
-            .all(|s| s.cmd(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
-        ok.then_some(())
-    })
-    .expect("the cluster is ok");
     // The election exists already: seed the fence on the shard that owns it.
     let fence = keys(name).fence;
     let seeded = servers

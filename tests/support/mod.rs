@@ -4,6 +4,7 @@
 // leaves unused is used by another, so unused items and imports are not reported here.
 #![allow(dead_code, unused_imports)]
 
+pub mod cluster;
 pub mod daemon;
 pub mod election;
 pub mod exec;
