@@ -7,9 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use leaderd::shard::{ShardRenewal, ShardTerm};
 use leaderd::connection::Topology;
 use leaderd::handover::Reservation;
+use leaderd::shard::{ShardRenewal, ShardTerm};
 use leaderd::{Acquire, Backend, Lease, LeaseClient, LeaseSpec, Observed, RedisSpec, Term};
 use support::{RedisServer, RespConn};
 use tokio::time::{timeout, Instant};
