@@ -13,13 +13,16 @@
 //!   default, or plain ([`Locker::plain`], [`PlainLease`]: no fence, fewer commands).
 //! - [`election`]: the elector over any lease, reporting every transition to the caller's
 //!   [`election::ElectionEvents`].
+//! - [`shard`]: a sharded election: N shards, each a fenced lease, spread over the live
+//!   replicas by a fixed assignment ([`shard::Assignment`]) and owned through a
+//!   [`shard::ShardElector`] (a `watch` of the owned shards with their fences and validities).
 //! - [`connection`]: the parts of a [`RedisSpec`] and what a failed call reports;
 //!   [`handover`]: the candidates' registry, handover requests and release announcements.
 //!
 //! The daemon (cargo feature `daemon`, on by default) is what `leaderd run` and the other
 //! commands add above the library; it is not part of the library's API, and the library
 //! never imports from it. Modules map: `lease` (with its release watch), `lock`, `redlock`,
-//! `election`, `backend`, `conn` (one Redis endpoint with timeouts), `failure` (its error
+//! `election`, `shard`, `backend`, `conn` (one Redis endpoint with timeouts), `failure` (its error
 //! kinds), `connector` (where connections come from), `eviction`, `server_info`; `daemon`.
 //!
 //! # A lock
