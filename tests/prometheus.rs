@@ -242,7 +242,14 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
     redis[2].start_again();
     wait_until(SLOW, POLL, || split.iter().all(is_leader).then_some(()))
         .expect("each split replica leads on its own Redis");
-    let split_from = unix_s();
+    // Both claims began when the later of the two terms did (each replica's own
+    // `acquired_at_ms`), not when this test got round to seeing them.
+    let split_from = split
+        .iter()
+        .filter_map(|d| d.status_doc()?["acquired_at_ms"].as_u64())
+        .max()
+        .expect("each split replica publishes its term") as f64
+        / 1000.0;
 
     let (moves, out) = std::thread::scope(|s| {
         let moves = s.spawn(|| rolling_updates(&mut rollout));
