@@ -4,26 +4,32 @@
 //! Precedence is flag > environment > file > default. In the file, `${VAR}` in any string
 //! value is replaced from the environment and `$${` stands for a literal `${`.
 //!
-//! Adding a key: its field, doc and default in the section's struct below (the allowed keys
-//! of the file and the printed configuration follow from the struct; a duration or a path
-//! names its printer with `serialize_with`), and its reader line in `sections.rs` or
-//! `outputs.rs`; a key with a flag also gets its field in [`Overrides`].
+//! Reading is serde's: the structs below derive `Deserialize` (`read.rs` walks the document
+//! and records each refused value instead of stopping), then one pass (`check.rs`) applies
+//! what no single value can say and the rules between keys.
+//!
+//! Adding a key: its field, doc and default in the section's struct below, with the reader
+//! of its value (`deserialize_with`, from `read.rs`) and, for a duration or a path, its
+//! printer (`serialize_with`); the allowed keys of the file and the printed configuration
+//! follow from the struct. A key with a flag also gets its field in [`Overrides`] and its
+//! line in [`Overrides::layered`].
 
 mod addrs;
 mod aliases;
+mod check;
 mod defaults;
 mod duration;
 mod expand;
 mod keys;
-mod outputs;
+mod layer;
+mod problems;
 mod programs;
+mod read;
 mod redact;
 mod refused;
 mod rules;
 mod scrub;
-mod sections;
 mod spec;
-mod tree;
 mod values;
 mod yaml;
 pub(crate) use duration::{format_duration, parse_duration};
@@ -53,11 +59,14 @@ macro_rules! with_defaults {
 }
 
 /// Everything `leaderd` needs to run one election, validated as a whole.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Config {
     /// The election name, shared by all replicas; part of every Redis key.
+    #[serde(deserialize_with = "read::name")]
     pub name: String,
     /// This replica's identity, published as the holder; must differ between replicas.
+    #[serde(deserialize_with = "read::identity")]
     pub identity: String,
     /// Section `redis`: where the lease lives.
     pub redis: RedisConfig,
@@ -76,10 +85,11 @@ pub struct Config {
 }
 
 /// The value of `redis.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeName {
     /// `single`.
+    #[default]
     Single,
     /// `sentinel`.
     Sentinel,
@@ -167,29 +177,34 @@ pub use crate::connector::Secret;
 
 with_defaults! {
 /// Where and how to reach Redis.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RedisConfig {
-    /// How Redis is deployed (default single), with its addresses.
-    #[serde(flatten)]
+    /// How Redis is deployed (default single), with its addresses (`mode`, `url`, `urls`,
+    /// `sentinels`, `master_name`: keys of `redis` itself, read by `addrs.rs`).
+    #[serde(flatten, skip_deserializing)]
     pub mode: RedisMode = RedisMode::Single { url: defaults::REDIS_URL.into() },
     /// The Redis ACL user.
+    #[serde(deserialize_with = "read::some_text")]
     pub username: Option<String> = None,
     /// `LEADERD_REDIS_PASSWORD` if set and not empty, else the contents of `password_file`
     /// with the trailing newline removed.
-    #[serde(serialize_with = "redact::secret")]
+    #[serde(serialize_with = "redact::secret", skip_deserializing)]
     pub password: Option<Secret> = None,
     /// A file holding the password (read only when `LEADERD_REDIS_PASSWORD` is not set).
-    #[serde(serialize_with = "redact::path")]
+    #[serde(serialize_with = "redact::path", deserialize_with = "read::path")]
     pub password_file: Option<PathBuf> = None,
     /// Prepended to every key (default `leaderd:`).
+    #[serde(deserialize_with = "read::text_value")]
     pub key_prefix: String = "leaderd:".into(),
     /// Limit on establishing a connection (default 1s).
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub connect_timeout: Duration = Duration::from_secs(1),
     /// Limit on one command's round trip (default 500ms); less than `retry_period`.
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub command_timeout: Duration = Duration::from_millis(500),
     /// When > 0, an acquire or renew counts only after that many replicas acknowledged it.
+    #[serde(deserialize_with = "read::whole")]
     pub min_replicas_ack: u32 = 0,
     /// `redis.tls` (optional, beyond `rediss://` alone): the files for `rediss://`
     /// connections. None: the system's CA roots, no client certificate.
@@ -199,24 +214,26 @@ pub struct RedisConfig {
 
 /// Files for TLS connections (`rediss://`). Paths only: the contents are read when the
 /// client is made, and never printed.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TlsConfig {
     /// PEM CA bundle to verify the servers with, instead of the system's roots.
-    #[serde(serialize_with = "redact::path")]
+    #[serde(serialize_with = "redact::path", deserialize_with = "read::path")]
     pub ca_file: Option<PathBuf>,
     /// PEM client certificate (with `key_file`), for servers that ask for one.
-    #[serde(serialize_with = "redact::path")]
+    #[serde(serialize_with = "redact::path", deserialize_with = "read::path")]
     pub cert_file: Option<PathBuf>,
     /// PEM private key of `cert_file`.
-    #[serde(serialize_with = "redact::path")]
+    #[serde(serialize_with = "redact::path", deserialize_with = "read::path")]
     pub key_file: Option<PathBuf>,
 }
 
 /// What a replica does after losing a term for a reason other than shutdown or yield.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnLost {
     /// Campaign again after `retry_period`.
+    #[default]
     Contend,
     /// Exit with code 1, for services that want a restart.
     Exit,
@@ -224,57 +241,67 @@ pub enum OnLost {
 
 with_defaults! {
 /// Timing of the lease and of campaigning.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ElectionConfig {
     /// TTL of the lease in Redis.
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub lease_duration: Duration = Duration::from_secs(15),
     /// A leader that has not renewed within this steps down.
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub renew_deadline: Duration = Duration::from_secs(10),
     /// Renew interval of the leader, poll interval of the others.
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub retry_period: Duration = Duration::from_secs(2),
     /// Followers wait `retry_period * (1 + U(0, jitter))`; `0 <= jitter <= 1`.
+    #[serde(deserialize_with = "read::jitter")]
     pub jitter: f64 = 0.2,
     /// Release the lease on a clean shutdown (default true).
+    #[serde(deserialize_with = "read::boolean")]
     pub release_on_shutdown: bool = true,
     /// What to do after losing a term (default contend).
+    #[serde(deserialize_with = "read::choice")]
     pub on_lost: OnLost = OnLost::Contend,
     /// Set only when `http_get` or a `command` is configured.
     pub health_check: Option<HealthCheckConfig> = None,
     /// Preference as a successor, 0..=1000 (higher first; default 0).
+    #[serde(deserialize_with = "read::priority")]
     pub priority: u32 = 0,
     /// Hand over to a healthier, higher-priority candidate (default false).
+    #[serde(deserialize_with = "read::boolean")]
     pub preempt: bool = false,
 }
 }
 
 with_defaults! {
 /// Lead only while the local service is healthy.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct HealthCheckConfig {
     /// An `http://` URL, healthy when it answers 2xx.
-    #[serde(serialize_with = "redact::url")]
+    #[serde(serialize_with = "redact::url", deserialize_with = "read::http_url")]
     pub http_get: Option<String> = None,
     /// A command, healthy when it exits 0 (run directly, not through a shell).
+    #[serde(deserialize_with = "read::list")]
     pub command: Vec<String> = Vec::new(),
     /// Time between checks (default 2s).
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub period: Duration = Duration::from_secs(2),
     /// Limit on one check (default 1s); less than `period`.
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub timeout: Duration = Duration::from_secs(1),
     /// Consecutive failures before yielding or not contending (>= 1).
+    #[serde(deserialize_with = "read::at_least_one")]
     pub failures: u32 = 3,
 }
 }
 
 /// When `/readyz` answers 200.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReadyWhen {
     /// Only while leader with a valid lease.
+    #[default]
     Leader,
     /// Once started.
     Always,
@@ -282,45 +309,54 @@ pub enum ReadyWhen {
 
 with_defaults! {
 /// Where the status is published.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PublishConfig {
     /// None: no HTTP server (the empty string in the file, a flag or the environment).
-    #[serde(serialize_with = "redact::addr_or_off")]
+    #[serde(serialize_with = "redact::addr_or_off", deserialize_with = "read::http_addr")]
     pub http_addr: Option<SocketAddr> = Some(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 9090))),
     /// None: no leader file (the empty string).
-    #[serde(serialize_with = "redact::path_or_off")]
+    #[serde(serialize_with = "redact::path_or_off", deserialize_with = "read::leader_file")]
     pub leader_file: Option<PathBuf> = Some(PathBuf::from("/var/run/leaderd/leader.json")),
     /// When `/readyz` answers 200 (default leader).
+    #[serde(deserialize_with = "read::choice")]
     pub ready_when: ReadyWhen = ReadyWhen::Leader,
     /// Open HTTP connections (event streams included) past which a new one is closed at once
     /// (default 1024, 1-65535).
+    #[serde(deserialize_with = "read::connections")]
     pub max_connections: u32 = 1024,
     /// `host:port` where the other replicas reach this replica's service (None: unset).
+    #[serde(deserialize_with = "read::host_port")]
     pub advertise: Option<String> = None,
 }
 }
 
 with_defaults! {
 /// Commands run (directly, one at a time) when leadership changes; empty: none.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct HooksConfig {
     /// Run after this replica began a term.
+    #[serde(deserialize_with = "read::list")]
     pub on_acquired: Vec<String> = Vec::new(),
     /// Run after this replica's term ended (its claim is over).
+    #[serde(deserialize_with = "read::list")]
     pub on_stepped_down: Vec<String> = Vec::new(),
     /// Run when this replica sees another leader, or none.
+    #[serde(deserialize_with = "read::list")]
     pub on_leader_changed: Vec<String> = Vec::new(),
     /// A hook still running then is SIGKILLed with its process group (default 10s).
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub timeout: Duration = Duration::from_secs(10),
 }
 }
 
 /// What happens to the proxied connections of a deposed leader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnChange {
     /// Close them when this replica learns of the change.
+    #[default]
     Close,
     /// Leave them open.
     Keep,
@@ -328,33 +364,37 @@ pub enum OnChange {
 
 with_defaults! {
 /// The leader-aware proxy; `listen` None: no proxy.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ProxyConfig {
     /// Where to accept connections (the empty string: no proxy).
-    #[serde(serialize_with = "redact::addr_or_off")]
+    #[serde(serialize_with = "redact::addr_or_off", deserialize_with = "read::listen_addr")]
     pub listen: Option<SocketAddr> = None,
     /// This replica's own service, `host:port` (default `127.0.0.1:8080`).
-    #[serde(serialize_with = "redact::text_or_off")]
+    #[serde(serialize_with = "redact::text_or_off", deserialize_with = "read::host_port")]
     pub upstream: Option<String> = Some("127.0.0.1:8080".into()),
     /// What happens to connections of a deposed leader (default close).
+    #[serde(deserialize_with = "read::choice")]
     pub on_change: OnChange = OnChange::Close,
     /// How long a new connection waits for a leader (default 2s).
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
     pub connect_timeout: Duration = Duration::from_secs(2),
     /// A connection with no bytes either way for this long is closed (default 1h; zero:
     /// never).
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::duration")]
     pub idle_timeout: Duration = Duration::from_secs(3600),
     /// Connections past this many are closed at once and counted as refused (default 10000).
+    #[serde(deserialize_with = "read::at_least_one")]
     pub max_connections: u32 = 10_000,
 }
 }
 
 /// What happens when the child exits while this replica leads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnExit {
     /// Release the lease and contend again after `retry_period`.
+    #[default]
     Release,
     /// Release and exit with the child's code.
     Exit,
@@ -362,27 +402,31 @@ pub enum OnExit {
 
 with_defaults! {
 /// The command run only while leading; empty `command` means no exec mode.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ExecConfig {
     /// The program and its arguments, run directly (not through a shell).
+    #[serde(deserialize_with = "read::list")]
     pub command: Vec<String> = Vec::new(),
     /// Sent to the child's process group on stepping down (default SIGTERM).
-    #[serde(serialize_with = "redact::signal")]
+    #[serde(serialize_with = "redact::signal", deserialize_with = "read::signal")]
     pub stop_signal: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGTERM,
     /// Time between `stop_signal` and SIGKILL (default 3s); less than
     /// `lease_duration - renew_deadline` in exec mode.
-    #[serde(serialize_with = "redact::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "read::duration")]
     pub grace_period: Duration = Duration::from_secs(3),
     /// What to do when the child exits while leading (default release).
+    #[serde(deserialize_with = "read::choice")]
     pub on_exit: OnExit = OnExit::Release,
 }
 }
 
 /// The log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
+    #[default]
     Text,
     /// One JSON object per line, with an `event` field on leadership changes.
     Json,
@@ -390,11 +434,14 @@ pub enum LogFormat {
 
 with_defaults! {
 /// How to log.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LoggingConfig {
     /// Text or JSON lines (default text).
+    #[serde(deserialize_with = "read::choice")]
     pub format: LogFormat = LogFormat::Text,
     /// One of trace, debug, info, warn, error (lowercase).
+    #[serde(deserialize_with = "read::log_level")]
     pub level: String = "info".into(),
 }
 }
@@ -444,6 +491,77 @@ pub struct Overrides {
     /// `run`; `status` and `handover` may run on an operator's host that lacks them).
     #[arg(skip)]
     pub check_programs: bool,
+}
+
+/// A key a flag sets: the dotted key, the flag, its `LEADERD_*` variable, the value given.
+type Layered<'o> = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    &'o Option<String>,
+);
+
+impl Overrides {
+    /// The keys that flags (and variables) set, over the file's values.
+    fn layered(&self) -> [Layered<'_>; 10] {
+        [
+            ("name", "--name", Some("LEADERD_NAME"), &self.name),
+            (
+                "identity",
+                "--identity",
+                Some("LEADERD_IDENTITY"),
+                &self.identity,
+            ),
+            (
+                "redis.url",
+                "--redis-url",
+                Some("LEADERD_REDIS_URL"),
+                &self.redis_url,
+            ),
+            (
+                "election.lease_duration",
+                "--lease-duration",
+                None,
+                &self.lease_duration,
+            ),
+            (
+                "election.renew_deadline",
+                "--renew-deadline",
+                None,
+                &self.renew_deadline,
+            ),
+            (
+                "election.retry_period",
+                "--retry-period",
+                None,
+                &self.retry_period,
+            ),
+            (
+                "publish.http_addr",
+                "--http-addr",
+                Some("LEADERD_HTTP_ADDR"),
+                &self.http_addr,
+            ),
+            (
+                "publish.leader_file",
+                "--leader-file",
+                Some("LEADERD_LEADER_FILE"),
+                &self.leader_file,
+            ),
+            (
+                "logging.format",
+                "--log-format",
+                Some("LEADERD_LOG_FORMAT"),
+                &self.log_format,
+            ),
+            (
+                "logging.level",
+                "--log-level",
+                Some("LEADERD_LOG_LEVEL"),
+                &self.log_level,
+            ),
+        ]
+    }
 }
 
 /// Every problem found in a configuration, each one line naming the key or flag, the bad
@@ -527,13 +645,12 @@ fn from_text(
     overrides: &Overrides,
     env: EnvLookup<'_>,
 ) -> Result<Config, ConfigError> {
-    let doc = yaml::parse(text, origin)?;
-    let mut reader = tree::Reader::new(env);
-    let root = reader.root(&doc);
-    let config = sections::build(&mut reader, &root, overrides);
-    rules::across(&mut reader, &config);
-    rules::redis_client(&mut reader, &config);
-    let problems = reader.into_problems();
+    let mut doc = yaml::parse(text, origin)?;
+    let mut problems = problems::Problems::default();
+    layer::layer(&mut doc, overrides, env, &mut problems);
+    let (mut config, mut problems) = read::document(&doc, problems);
+    check::all(&mut config, &doc, overrides, env, &mut problems);
+    let problems = problems.into_lines();
     if problems.is_empty() {
         Ok(config)
     } else {

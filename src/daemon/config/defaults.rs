@@ -2,8 +2,7 @@
 //! printed keys are the schema of the file (`keys.rs`). Every other default is written next
 //! to its field in `config.rs`.
 
-use super::{Config, ElectionConfig, ExecConfig, HealthCheckConfig, HooksConfig};
-use super::{LoggingConfig, ProxyConfig, PublishConfig, RedisConfig, TlsConfig};
+use super::{Config, HealthCheckConfig, TlsConfig};
 
 /// `redis.url` in mode single.
 pub(super) const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
@@ -12,17 +11,7 @@ impl Config {
     /// Every section present, optional ones included: its printed keys are the keys the
     /// file allows.
     pub(super) fn shape() -> Config {
-        let mut c = Config {
-            name: String::new(),
-            identity: String::new(),
-            redis: RedisConfig::default(),
-            election: ElectionConfig::default(),
-            publish: PublishConfig::default(),
-            exec: ExecConfig::default(),
-            logging: LoggingConfig::default(),
-            hooks: HooksConfig::default(),
-            proxy: ProxyConfig::default(),
-        };
+        let mut c = Config::default();
         c.redis.tls = Some(TlsConfig::default());
         c.election.health_check = Some(HealthCheckConfig::default());
         c

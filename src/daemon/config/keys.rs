@@ -7,27 +7,36 @@ use super::yaml::{self, Value};
 /// Keys printed by `check-config` that the file cannot set.
 const PRINTED_ONLY: &[&str] = &["redis.password"];
 
-/// Every mapping of the file (by dotted path, "" for the top level) and the keys it allows,
-/// in the order the config structs declare them.
-fn schema() -> &'static [(String, Vec<String>)] {
-    static SCHEMA: OnceLock<Vec<(String, Vec<String>)>> = OnceLock::new();
+/// Every mapping of the file (by dotted path, "" for the top level) with the keys it allows,
+/// and every dotted key, both in the order the config structs declare them.
+struct Schema {
+    sections: Vec<(String, Vec<String>)>,
+    order: Vec<String>,
+}
+
+fn schema() -> &'static Schema {
+    static SCHEMA: OnceLock<Schema> = OnceLock::new();
     SCHEMA.get_or_init(|| {
-        let mut out = Vec::new();
+        let mut out = Schema {
+            sections: Vec::new(),
+            order: Vec::new(),
+        };
         let shape = yaml::to_value(&super::Config::shape()).unwrap_or_default();
         walk("", &shape, &mut out);
         out
     })
 }
 
-fn walk(path: &str, value: &Value, out: &mut Vec<(String, Vec<String>)>) {
+fn walk(path: &str, value: &Value, out: &mut Schema) {
     let Value::Mapping(map) = value else { return };
-    let at = out.len();
-    out.push((path.to_string(), Vec::new()));
+    let at = out.sections.len();
+    out.sections.push((path.to_string(), Vec::new()));
     for (key, child) in map {
         let Some(key) = key.as_str() else { continue };
         let full = join(path, key);
         if !PRINTED_ONLY.contains(&full.as_str()) {
-            out[at].1.push(key.to_string());
+            out.sections[at].1.push(key.to_string());
+            out.order.push(full.clone());
             walk(&full, child, out);
         }
     }
@@ -36,9 +45,29 @@ fn walk(path: &str, value: &Value, out: &mut Vec<(String, Vec<String>)>) {
 /// The keys allowed in the mapping at `path` (empty for a path that is not a mapping).
 pub(super) fn known_keys(path: &str) -> &'static [String] {
     schema()
+        .sections
         .iter()
         .find(|(p, _)| p == path)
         .map_or(&[], |(_, keys)| keys)
+}
+
+/// True when the key at `path` holds a mapping of keys (a section).
+pub(super) fn is_section(path: &str) -> bool {
+    schema().sections.iter().any(|(p, _)| p == path)
+}
+
+/// Where `key` (or the nearest section holding it) comes in the order of the keys.
+pub(super) fn position(key: &str) -> usize {
+    let mut key = key.split('[').next().unwrap_or(key);
+    loop {
+        if let Some(i) = schema().order.iter().position(|k| k == key) {
+            return i + 1;
+        }
+        match key.rsplit_once('.') {
+            Some((parent, _)) => key = parent,
+            None => return 0,
+        }
+    }
 }
 
 /// `path` and `key` joined with a dot (just `key` at the top level).
@@ -75,7 +104,7 @@ fn suggest(path: &str, key: &str) -> Option<String> {
         return None;
     }
     let mut best: Option<(usize, bool, String)> = None;
-    for (section, keys) in schema() {
+    for (section, keys) in &schema().sections {
         for known in keys {
             let distance = edit_distance(&key, known);
             let elsewhere = section != path;

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use super::addrs::RedisAddrs;
 use super::duration::format_duration as fmt;
-use super::tree::Reader;
+use super::problems::Problems;
 use super::{Config, ElectionConfig, HealthCheckConfig, ModeName, TlsConfig};
 use crate::connector::ConnectError;
 
 /// Which of `url`, `urls`, `sentinels` and `master_name` each mode needs and allows.
-pub(super) fn redis_mode(r: &mut Reader<'_>, c: &RedisAddrs, url_label: Option<&str>) {
+pub(super) fn redis_mode(r: &mut Problems, c: &RedisAddrs, url_label: Option<&str>) {
     if !r.all_valid(&["redis.mode"]) {
         return;
     }
@@ -52,7 +52,7 @@ fn uses(mode: ModeName) -> &'static str {
 }
 
 /// Every address the mode needs and lacks (a list whose items were rejected still counts).
-fn mode_needs(r: &mut Reader<'_>, c: &RedisAddrs) {
+fn mode_needs(r: &mut Problems, c: &RedisAddrs) {
     let n = c.urls.len();
     let mut missing = Vec::new();
     match c.mode {
@@ -86,7 +86,7 @@ fn mode_needs(r: &mut Reader<'_>, c: &RedisAddrs) {
 }
 
 /// `min_replicas_ack` > 0 needs replicas: Redlock's nodes are independent masters.
-pub(super) fn replicas_ack(r: &mut Reader<'_>, mode: ModeName, min_replicas_ack: u32) {
+pub(super) fn replicas_ack(r: &mut Problems, mode: ModeName, min_replicas_ack: u32) {
     let keys = ["redis.mode", "redis.min_replicas_ack"];
     if r.all_valid(&keys) && mode == ModeName::Redlock && min_replicas_ack > 0 {
         let why = ConnectError::ReplicasWithRedlock(min_replicas_ack);
@@ -97,7 +97,7 @@ pub(super) fn replicas_ack(r: &mut Reader<'_>, mode: ModeName, min_replicas_ack:
 /// What the Redis client refuses when it is made from this configuration (a TLS file that
 /// is not PEM, ...), found in the same pass as the rest. Skipped when a `redis` value was
 /// already rejected: the client would refuse that value again, or one left at its default.
-pub(super) fn redis_client(r: &mut Reader<'_>, c: &Config) {
+pub(super) fn redis_client(r: &mut Problems, c: &Config) {
     if !r.section_valid("redis") {
         return;
     }
@@ -107,7 +107,7 @@ pub(super) fn redis_client(r: &mut Reader<'_>, c: &Config) {
 }
 
 /// A client certificate needs its key, and the other way round.
-pub(super) fn tls(r: &mut Reader<'_>, t: &TlsConfig) {
+pub(super) fn tls(r: &mut Problems, t: &TlsConfig) {
     let keys = ["redis.tls.cert_file", "redis.tls.key_file"];
     if r.all_valid(&keys) && t.cert_file.is_some() != t.key_file.is_some() {
         let (given, missing) = if t.cert_file.is_some() {
@@ -123,7 +123,7 @@ pub(super) fn tls(r: &mut Reader<'_>, t: &TlsConfig) {
 }
 
 /// `lease_duration > renew_deadline > retry_period * (1 + jitter)`.
-pub(super) fn election(r: &mut Reader<'_>, e: &ElectionConfig) {
+pub(super) fn election(r: &mut Problems, e: &ElectionConfig) {
     let (lease, renew, retry) = (e.lease_duration, e.renew_deadline, e.retry_period);
     let keys = ["election.lease_duration", "election.renew_deadline"];
     if r.all_valid(&keys) && lease <= renew {
@@ -155,7 +155,7 @@ pub(super) fn election(r: &mut Reader<'_>, e: &ElectionConfig) {
 }
 
 /// `timeout < period`: a check must end before the next one starts.
-pub(super) fn health_check(r: &mut Reader<'_>, h: &HealthCheckConfig) {
+pub(super) fn health_check(r: &mut Problems, h: &HealthCheckConfig) {
     let keys = [
         "election.health_check.timeout",
         "election.health_check.period",
@@ -180,7 +180,7 @@ pub(super) fn health_check(r: &mut Reader<'_>, h: &HealthCheckConfig) {
 
 /// Rules between sections: `command_timeout < retry_period`, and in exec mode
 /// `grace_period < lease_duration - renew_deadline`.
-pub(super) fn across(r: &mut Reader<'_>, c: &Config) {
+pub(super) fn across(r: &mut Problems, c: &Config) {
     let e = &c.election;
     let keys = ["redis.command_timeout", "election.retry_period"];
     if r.all_valid(&keys) && c.redis.command_timeout >= e.retry_period {
@@ -197,7 +197,7 @@ pub(super) fn across(r: &mut Reader<'_>, c: &Config) {
 }
 
 /// The child must be stopped before a lease that was not renewed can pass to another replica.
-fn exec_grace(r: &mut Reader<'_>, c: &Config) {
+fn exec_grace(r: &mut Problems, c: &Config) {
     let e = &c.election;
     let keys = [
         "exec.grace_period",

@@ -368,6 +368,18 @@ pub(super) fn log_level(s: &str) -> Result<String, ValueError> {
     }
 }
 
+/// A text that must not be empty.
+pub(super) fn non_empty(s: &str) -> Result<String, ValueError> {
+    if s.is_empty() {
+        Err(ValueError::not_allowed(
+            s,
+            "write a value, or leave the key out",
+        ))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
 /// A path that must not be empty.
 pub(super) fn path(s: &str) -> Result<PathBuf, ValueError> {
     if s.is_empty() {

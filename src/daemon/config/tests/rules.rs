@@ -400,6 +400,14 @@ fn odd_values_name_the_value_and_what_is_allowed() {
             "election.lease_duration: a mapping is not a single value (allowed: one value",
         ),
         (
+            "name: x\nredis: {mode: cluster, urls: [!foo x]}",
+            "redis.urls[0]: a value tagged !foo is not a single value (allowed: one value",
+        ),
+        (
+            "name: x\nredis: {url: !foo x}",
+            "redis.url: a value tagged !foo is not a single value (allowed: one value",
+        ),
+        (
             "name: x\nredis: {min_replicas_ack: 4294967296}",
             "redis.min_replicas_ack: \"4294967296\" is not allowed (allowed: a whole number >= 0 and <= 4294967295)",
         ),

@@ -1,0 +1,188 @@
+//! The second pass over a configuration read leniently: what no single value can say (the
+//! name is required, the identity defaults to the host name, the password and the TLS files
+//! are read, programs are looked up and must not be changeable by any user) and the rules
+//! between keys (`rules.rs`). A rule on a value that was refused is skipped.
+
+use std::path::Path;
+
+use super::problems::Problems;
+use super::programs::{find_program, writers, ProgramError, Writable};
+use super::yaml::Value;
+use super::{not_utf8, rules, values, Config, EnvLookup, Overrides, Secret, TlsConfig};
+
+const PASSWORD_VAR: &str = "LEADERD_REDIS_PASSWORD";
+
+/// Completes and checks `c`, read from `doc`; problems go to `p`.
+pub(super) fn all(
+    c: &mut Config,
+    doc: &Value,
+    o: &Overrides,
+    env: EnvLookup<'_>,
+    p: &mut Problems,
+) {
+    name_and_identity(c, p);
+    c.redis.password = password(c.redis.password_file.as_deref(), env, p);
+    tls(c, p);
+    rules::replicas_ack(p, c.redis.mode.name(), c.redis.min_replicas_ack);
+    rules::election(p, &c.election);
+    let path_var = env("PATH").unwrap_or_default();
+    let programs = Programs {
+        path_var: &path_var,
+        on_this_host: o.check_programs,
+    };
+    if let Some(h) = &c.election.health_check {
+        rules::health_check(p, h);
+        let key = "election.health_check.command";
+        let found = h
+            .command
+            .first()
+            .filter(|prog| o.check_programs && !prog.is_empty());
+        if let Some(path) = found.and_then(|prog| find_program(prog, &path_var).ok()) {
+            refuse_writable(p, key, &format!("{key}[0]"), &path);
+        }
+    }
+    c.election.health_check = c
+        .election
+        .health_check
+        .take()
+        .filter(|h| h.http_get.is_some() || !h.command.is_empty());
+    let exec_label = if o.exec_command.is_empty() {
+        "exec.command[0]"
+    } else {
+        c.exec.command = o.exec_command.clone();
+        "exec.command[0] (run -- COMMAND)"
+    };
+    programs.check(p, "exec.command", exec_label, &c.exec.command);
+    let h = &c.hooks;
+    for (key, cmd) in [
+        ("hooks.on_acquired", &h.on_acquired),
+        ("hooks.on_stepped_down", &h.on_stepped_down),
+        ("hooks.on_leader_changed", &h.on_leader_changed),
+    ] {
+        programs.check(p, key, &format!("{key}[0]"), cmd);
+    }
+    proxy_upstream(c, doc, p);
+    rules::across(p, c);
+    rules::redis_client(p, c);
+}
+
+fn name_and_identity(c: &mut Config, p: &mut Problems) {
+    if c.name.is_empty() && p.all_valid(&["name"]) {
+        let msg = "name: missing; it is required (allowed: 1-200 characters of [A-Za-z0-9._-]; \
+                   set it in the file, with --name or with LEADERD_NAME)";
+        p.problem("name", msg.to_string());
+    }
+    if !c.identity.is_empty() || !p.all_valid(&["identity"]) {
+        return;
+    }
+    let host = nix::unistd::gethostname()
+        .map_err(|e| e.to_string())
+        .and_then(|h| {
+            h.into_string()
+                .map_err(|_| "it is not valid UTF-8".to_string())
+        })
+        .and_then(|h| values::identity(&h).map_err(|e| e.to_string()));
+    match host {
+        Ok(host) => c.identity = host,
+        Err(why) => {
+            let msg = format!("identity: not set, and the host name cannot be used ({why}); set identity, --identity or LEADERD_IDENTITY");
+            p.problem("identity", msg);
+        }
+    }
+}
+
+/// `LEADERD_REDIS_PASSWORD` when set and not empty, else the contents of the password file.
+fn password(file: Option<&Path>, env: EnvLookup<'_>, p: &mut Problems) -> Option<Secret> {
+    match env(PASSWORD_VAR) {
+        Ok(pw) if !pw.is_empty() => return Some(Secret::new(pw)),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            p.problem("redis.password", not_utf8(PASSWORD_VAR));
+            return None;
+        }
+        _ => {}
+    }
+    let path = file?;
+    let key = "redis.password_file";
+    match std::fs::read_to_string(path) {
+        Ok(text) if text.trim_end_matches(['\r', '\n']).is_empty() => {
+            let why = "is empty (write the password into it, or leave the key out)";
+            p.problem(key, format!("{key}: {path:?} {why}"));
+            None
+        }
+        Ok(text) => Some(Secret::new(text.trim_end_matches(['\r', '\n']))),
+        Err(e) => {
+            p.problem(key, format!("{key}: cannot read {path:?}: {e}"));
+            None
+        }
+    }
+}
+
+/// `redis.tls`: each file readable, a certificate with its key; None when no file is set.
+fn tls(c: &mut Config, p: &mut Problems) {
+    let Some(t) = c.redis.tls.as_mut() else {
+        return;
+    };
+    for (leaf, file) in [
+        ("ca_file", &mut t.ca_file),
+        ("cert_file", &mut t.cert_file),
+        ("key_file", &mut t.key_file),
+    ] {
+        if let Some(path) = file.as_ref() {
+            if let Err(e) = std::fs::File::open(path) {
+                let key = format!("redis.tls.{leaf}");
+                p.problem(&key, format!("{key}: cannot read {path:?}: {e}"));
+                *file = None;
+            }
+        }
+    }
+    rules::tls(p, t);
+    c.redis.tls = c.redis.tls.take().filter(|t| *t != TlsConfig::default());
+}
+
+/// An explicit null upstream is no upstream, as "" is (more likely a forgotten value than a
+/// request for the default); with `proxy.listen` set, either is refused.
+fn proxy_upstream(c: &mut Config, doc: &Value, p: &mut Problems) {
+    let written = doc.get("proxy").and_then(|s| s.get("upstream"));
+    let null = written.is_some_and(Value::is_null);
+    if null {
+        c.proxy.upstream = None;
+    }
+    if c.proxy.listen.is_some() && c.proxy.upstream.is_none() && p.all_valid(&["proxy.upstream"]) {
+        let written = if null { "null" } else { "\"\"" };
+        let msg = format!("proxy.upstream: {written} is not allowed while proxy.listen is set (write this replica's service, e.g. 127.0.0.1:8080, or leave the key out for that default)");
+        p.problem("proxy.upstream", msg);
+    }
+}
+
+/// How the programs of commands are checked.
+struct Programs<'a> {
+    path_var: &'a str,
+    /// Also check that each program can be run here (not for `status` and `handover`).
+    on_this_host: bool,
+}
+
+impl Programs<'_> {
+    /// A command's first item (shown as `label`) names its program: never "", and on this
+    /// host a program that exists, may be executed and that no other user may change.
+    fn check(&self, p: &mut Problems, key: &str, label: &str, cmd: &[String]) {
+        let Some(program) = cmd.first() else { return };
+        let found = if program.is_empty() {
+            Err(ProgramError::Empty)
+        } else if self.on_this_host {
+            find_program(program, self.path_var)
+        } else {
+            return;
+        };
+        match found {
+            Ok(path) => refuse_writable(p, key, label, &path),
+            Err(why) => p.problem(key, format!("{label}: {program:?} {why}")),
+        }
+    }
+}
+
+/// Refuses the program at `path` (found for `label`) when any user may change it.
+fn refuse_writable(p: &mut Problems, key: &str, label: &str, path: &Path) {
+    if let Some(why) = writers(path).into_iter().find(Writable::by_anyone) {
+        p.problem(key, format!("{label}: {why}"));
+    }
+}

@@ -1,0 +1,344 @@
+//! Reading the document into the config structs with serde: a deserializer over the parsed
+//! YAML that knows the dotted key it is at (and reports the keys a section does not know),
+//! and the leaf readers the structs name with `deserialize_with`. A leaf that cannot be read
+//! is recorded as a problem and left at a default, so that every problem is found at once.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde::de::{self, DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+use super::keys::{is_section, known_keys};
+use super::problems::Problems;
+use super::refused::ValueError;
+use super::values as v;
+use super::yaml::{describe, Mapping, Value};
+use super::Config;
+
+/// Where the reading is (the keys above the value being read), and what it found.
+struct Reading {
+    path: Vec<String>,
+    problems: Problems,
+}
+
+impl Reading {
+    fn key(&self) -> String {
+        self.path.join(".")
+    }
+}
+
+thread_local! {
+    static READING: RefCell<Option<Reading>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on the reading under way; None outside [`document`].
+fn with<T>(f: impl FnOnce(&mut Reading) -> T) -> Option<T> {
+    READING.with(|r| r.borrow_mut().as_mut().map(f))
+}
+
+/// Reads `doc` into a [`Config`]: refused values go to `problems` and are read as a default.
+pub(super) fn document(doc: &Value, problems: Problems) -> (Config, Problems) {
+    let reading = Reading {
+        path: Vec::new(),
+        problems,
+    };
+    READING.with(|r| *r.borrow_mut() = Some(reading));
+    let config = Config::deserialize(Doc::new(doc)).map(|mut c| {
+        // `redis.mode`'s keys sit beside the section's own (a flattened field): read next.
+        if let Some(redis) = doc.get("redis").filter(|r| r.is_mapping()) {
+            c.redis.mode = super::addrs::read_mode(redis);
+        }
+        c
+    });
+    let mut problems = READING
+        .with(|r| r.borrow_mut().take())
+        .map(|r| r.problems)
+        .unwrap_or_default();
+    let config = config.unwrap_or_else(|e| {
+        problems.problem("", format!("the file cannot be read: {e}"));
+        Config::default()
+    });
+    (config, problems)
+}
+
+type Error = de::value::Error;
+
+/// A value of the document, read where it is; `checked`: its keys were checked already.
+#[derive(Clone, Copy)]
+struct Doc<'a> {
+    value: &'a Value,
+    checked: bool,
+}
+
+impl<'a> Doc<'a> {
+    fn new(value: &'a Value) -> Self {
+        Doc {
+            value,
+            checked: false,
+        }
+    }
+}
+
+static NULL: Value = Value::Null;
+
+impl<'de> Deserializer<'de> for Doc<'_> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.value {
+            Value::Mapping(m) => visitor.visit_map(Entries::new(Some(m), self.checked)),
+            other => other
+                .clone()
+                .deserialize_any(visitor)
+                .map_err(de::Error::custom),
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.value {
+            Value::Null => visitor.visit_none(),
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_map(visitor)
+    }
+
+    /// A section: a mapping, or null (all defaults); anything else is a problem.
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        let map = match self.value {
+            Value::Mapping(m) => Some(m),
+            Value::Null => None,
+            other => {
+                with(|r| {
+                    let key = r.key();
+                    let msg = format!(
+                        "{key}: {} is not a mapping (allowed keys: {})",
+                        describe(other),
+                        known_keys(&key).join(", ")
+                    );
+                    r.problems.problem(&key, msg);
+                });
+                None
+            }
+        };
+        visitor.visit_map(Entries::new(map, self.checked))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct newtype_struct seq tuple tuple_struct enum identifier ignored_any
+    }
+}
+
+/// The entries of a mapping: in a section, an unknown key is recorded and skipped; a key
+/// written with the value null is left out (its default).
+struct Entries<'a> {
+    section: Option<String>,
+    checked: bool,
+    rest: std::vec::IntoIter<(&'a Value, &'a Value)>,
+    value: Option<&'a Value>,
+}
+
+impl<'a> Entries<'a> {
+    fn new(map: Option<&'a Mapping>, checked: bool) -> Self {
+        let here = with(|r| r.key()).unwrap_or_default();
+        let rest: Vec<_> = map.into_iter().flatten().collect();
+        Entries {
+            section: (!checked && is_section(&here)).then_some(here),
+            checked,
+            rest: rest.into_iter(),
+            value: None,
+        }
+    }
+}
+
+impl<'de> MapAccess<'de> for Entries<'_> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        for (key, value) in self.rest.by_ref() {
+            let name = key.as_str().map_or_else(|| describe(key), str::to_string);
+            if let Some(section) = &self.section {
+                if !known_keys(section).contains(&name) || key.as_str().is_none() {
+                    with(|r| r.problems.unknown(section, &name));
+                    continue;
+                }
+            }
+            if value.is_null() {
+                continue;
+            }
+            with(|r| r.path.push(name));
+            self.value = Some(value);
+            return seed.deserialize(Doc::new(key)).map(Some);
+        }
+        Ok(None)
+    }
+
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, Error> {
+        let out = seed.deserialize(Doc {
+            value: self.value.take().unwrap_or(&NULL),
+            checked: self.checked,
+        });
+        with(|r| r.path.pop());
+        out
+    }
+}
+
+/// Records why the value at the current key (its item `item`, e.g. `[2]`, if any) was
+/// refused; outside [`document`] that is an error.
+fn refuse<E: de::Error>(item: &str, item_key: bool, why: String) -> Result<(), E> {
+    let recorded = with(|r| {
+        let key = r.key();
+        let line = format!("{}{item}: {why}", r.problems.label(&key));
+        let at = if item_key {
+            format!("{key}{item}")
+        } else {
+            key
+        };
+        r.problems.problem(&at, line);
+    });
+    recorded.ok_or_else(|| E::custom(why))
+}
+
+/// The text of a scalar (numbers and booleans as written).
+fn text(value: &Value) -> Result<String, String> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(b.to_string()),
+        other => Err(format!(
+            "{} is not a single value (allowed: one value, such as a string, a number or true/false)",
+            describe(other)
+        )),
+    }
+}
+
+/// One value converted by `convert`; `fallback()` when it is refused.
+fn leaf<'de, D: Deserializer<'de>, T>(
+    d: D,
+    convert: impl FnOnce(&str) -> Result<T, ValueError>,
+    fallback: impl FnOnce() -> T,
+) -> Result<T, D::Error> {
+    let value = Value::deserialize(d)?;
+    let why = match text(&value).map(|t| convert(&t)) {
+        Ok(Ok(read)) => return Ok(read),
+        Ok(Err(why)) => why.to_string(),
+        Err(why) => why,
+    };
+    refuse("", false, why).map(|()| fallback())
+}
+
+/// The leaf readers of one value each, by the converter in `values.rs` they use.
+macro_rules! leaves {
+    ($($name:ident -> $ty:ty = $convert:expr;)*) => {$(
+        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+            leaf(d, $convert, Default::default)
+        }
+    )*};
+}
+
+leaves! {
+    name -> String = v::name;
+    identity -> String = v::identity;
+    text_value -> String = |s: &str| Ok(s.to_string());
+    some_text -> Option<String> = |s: &str| v::non_empty(s).map(Some);
+    path -> Option<PathBuf> = |s: &str| v::path(s).map(Some);
+    duration -> Duration = v::duration;
+    positive_duration -> Duration = v::positive_duration;
+    whole -> u32 = v::count(0);
+    at_least_one -> u32 = v::count(1);
+    jitter -> f64 = v::jitter;
+    boolean -> bool = v::boolean;
+    priority -> u32 = v::priority;
+    connections -> u32 = v::connections;
+    http_url -> Option<String> = |s: &str| v::http_url(s).map(Some);
+    http_addr -> Option<SocketAddr> = v::http_addr;
+    listen_addr -> Option<SocketAddr> = v::listen_addr;
+    leader_file -> Option<PathBuf> = v::leader_file;
+    host_port -> Option<String> = v::host_port;
+    log_level -> String = v::log_level;
+    redis_url -> Option<String> = |s: &str| v::redis_url(s).map(Some);
+}
+
+/// One of the names of the enum `T`, case-insensitive.
+pub(super) fn choice<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned + Default,
+{
+    leaf(d, v::choice, T::default)
+}
+
+/// A signal by name or number.
+pub(super) fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<Signal, D::Error> {
+    leaf(d, v::signal, || Signal::SIGTERM)
+}
+
+/// A list of strings; empty when it or one of its items is refused.
+pub(super) fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let value = Value::deserialize(d)?;
+    let Value::Sequence(items) = &value else {
+        let why = format!(
+            "{} is not a list of strings (write [\"a\", \"b\"])",
+            describe(&value)
+        );
+        return refuse("", false, why).map(|()| Vec::new());
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match text(item) {
+            Ok(t) => out.push(t),
+            Err(why) => refuse(&format!("[{i}]"), false, why)?,
+        }
+    }
+    Ok(if out.len() == items.len() {
+        out
+    } else {
+        Vec::new()
+    })
+}
+
+/// A list of Redis URLs, each one checked (a refused one is a problem of its item).
+pub(super) fn redis_urls<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let urls = list(d)?;
+    for (i, url) in urls.iter().enumerate() {
+        if let Err(why) = v::redis_url(url) {
+            refuse(&format!("[{i}]"), true, why.to_string())?;
+        }
+    }
+    Ok(urls)
+}
+
+/// Reads the section `key`'s `value` (its keys checked already) as `T`, then runs `then` on
+/// what was read and the problems; a default `T` if it cannot be read at all.
+pub(super) fn part<T: DeserializeOwned + Default>(
+    key: &str,
+    value: &Value,
+    then: impl FnOnce(&T, &mut Problems),
+) -> T {
+    with(|r| r.path.push(key.to_string()));
+    let doc = Doc {
+        value,
+        checked: true,
+    };
+    let read = T::deserialize(doc).unwrap_or_default();
+    with(|r| {
+        r.path.pop();
+        then(&read, &mut r.problems);
+    });
+    read
+}
