@@ -1,7 +1,7 @@
 -- acquire.lua: take the lease when it is free (or reserved for us), otherwise report who
 -- holds it.
 -- KEYS[1] the lease hash, KEYS[2] the fencing counter, KEYS[3] the announcement channel
--- (same hash tag).
+-- (same hash tag); a shard's (README, "Shards"): KEYS[4] the election's quarantine key.
 -- ARGV[1] holder identity, ARGV[2] token (new per term), ARGV[3] lease duration in ms,
 -- ARGV[4] the client's wall clock in ms (published as acquired_at_ms), ARGV[5] the address
 -- the holder advertises ('' for none), ARGV[6] '1' to announce the grant here, '0' when the
@@ -9,6 +9,7 @@
 -- unconfirmed and reported without a holder, so nobody names a leader whose term may be undone;
 -- 'lock' for a lock's grant (README, "Library"): confirmed, and announced to nobody (a lock has
 -- no followers). ARGV[7] (a lock's only) the fence headroom in microseconds, see below.
+-- ARGV[8] (a shard's only) the shard, named in the announcement.
 -- Returns {1, fence} when granted ({1, fence, 1} when it took a reserved release that is
 -- not announced yet: the caller announces both with lua/announce.lua), {0, holder, fence,
 -- pttl_ms, address, reserved_for} when held (holder '' while quarantined, reserved or
@@ -18,6 +19,15 @@
 -- quarantine the lease for one lease duration under an empty placeholder holder, so that no
 -- term can begin while a term granted before the loss may still be valid. A granted fence
 -- is also at least the server clock in microseconds.
+-- A shard's quarantine is the election's: the placeholder is the quarantine key, which every
+-- shard's acquire reads first, so no shard is granted until it expires.
+local shard = ARGV[8] and (',"shard":' .. ARGV[8]) or ''
+if KEYS[4] then
+  local q = redis.call('PTTL', KEYS[4])
+  if q ~= -2 then
+    return {0, '', tonumber(redis.call('HGET', KEYS[4], 'fence')) or 0, q, '', ''}
+  end
+end
 local ttl = redis.call('PTTL', KEYS[1])
 local pending = nil
 if ttl ~= -2 then
@@ -39,9 +49,10 @@ local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if fence == 1 then
   local seed = string.format('%.0f', now_us)
   redis.call('SET', KEYS[2], seed)
-  redis.call('HSET', KEYS[1], 'holder', '', 'token', '', 'fence', seed,
+  local placeholder = KEYS[4] or KEYS[1]
+  redis.call('HSET', placeholder, 'holder', '', 'token', '', 'fence', seed,
     'acquired_at_ms', string.sub(seed, 1, -4))
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', placeholder, ARGV[3])
   return {0, '', tonumber(seed), tonumber(ARGV[3]), '', ''}
 end
 -- A fence never falls behind the server clock either: a failover to a replica that missed
@@ -72,6 +83,6 @@ if ARGV[6] == '1' then
   -- Fences have 16 digits: cjson would print them rounded, so numbers are formatted here.
   redis.call('PUBLISH', KEYS[3], '{"event":"acquired","holder":' .. cjson.encode(ARGV[1]) ..
     ',"fence":' .. string.format('%.0f', fence) .. ',"address":' ..
-    (ARGV[5] ~= '' and cjson.encode(ARGV[5]) or 'null') .. '}')
+    (ARGV[5] ~= '' and cjson.encode(ARGV[5]) or 'null') .. shard .. '}')
 end
 return {1, fence}

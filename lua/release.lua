@@ -6,13 +6,15 @@
 -- KEYS[4] the successor's own channel (`<released>:<identity>`; without it a reserved
 -- release is published on the release channel at once).
 -- ARGV[1] token, ARGV[2] holder identity, ARGV[3] successor ('' for none), ARGV[4] the
--- reservation's TTL in ms (handover_window).
+-- reservation's TTL in ms (handover_window), ARGV[5] (a shard's only) the shard, named in
+-- the announcement.
 -- A reserved release is told to the successor alone first: the placeholder keeps the
 -- release pending (`release_pending`, `released_by`, `released_fence`), and it is published
 -- on the release channel when the successor's term is announced (lua/announce.lua) or, if
 -- the successor does not come, by the releaser a moment later (lua/release_announce.lua).
 -- So the successor acquires before the other followers wake.
 -- Returns 1 when released, 0 when the lease is gone or belongs to another term.
+local shard = ARGV[5] and (',"shard":' .. ARGV[5]) or ''
 local cur = redis.call('HMGET', KEYS[1], 'token', 'fence')
 if cur[1] ~= ARGV[1] then
   return 0
@@ -35,5 +37,5 @@ end
 -- Fences have 16 digits: cjson would print them rounded, so numbers are formatted here.
 redis.call('PUBLISH', channel, '{"event":"released","holder":' .. cjson.encode(ARGV[2]) ..
   ',"fence":' .. string.format('%.0f', tonumber(fence) or 0) .. ',"reserved_for":' ..
-  reserved .. '}')
+  reserved .. shard .. '}')
 return 1

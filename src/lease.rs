@@ -32,6 +32,7 @@ mod pending;
 mod registry;
 mod release_watch;
 mod reply;
+mod shard;
 mod strays;
 mod types;
 mod wait;
@@ -48,6 +49,7 @@ pub use announcement::Announcement;
 pub use candidates::{Candidate, Heartbeat, Registration, Roster, MAX_CANDIDATES};
 pub use control::{Control, ControlMessage, ControlWatch, HandoverRequest};
 pub use interface::Lease;
+pub use shard::{ShardRenewal, ShardTerm};
 pub(crate) use types::{new_token, unix_ms};
 pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Reservation, Term};
 pub(crate) use wait::jittered;
@@ -92,6 +94,9 @@ pub struct LeaseClient {
     /// The candidates as last read, with the registry's version then, and this client's
     /// instance id in its entry.
     registry: candidates::Cache,
+    /// The shard this client's lease is ([`LeaseClient::shard`]), `None` for the election's
+    /// one lease or a lock.
+    shard: Option<shard::ShardOf>,
 }
 
 impl LeaseClient {
@@ -142,6 +147,7 @@ impl LeaseClient {
             lock: false,
             dropped: Default::default(),
             registry: Default::default(),
+            shard: None,
         }
     }
 
@@ -158,6 +164,7 @@ impl LeaseClient {
             lock: false,
             dropped: Default::default(),
             registry: Default::default(),
+            shard: None,
         }
     }
 

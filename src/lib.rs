@@ -99,6 +99,7 @@ mod lease;
 mod lock;
 mod redlock;
 mod server_info;
+pub mod shard;
 
 #[cfg(feature = "daemon")]
 #[doc(hidden)]

@@ -29,6 +29,8 @@ pub(crate) enum LeaseScript {
     Candidate,
     /// `lua/handover.lua`.
     Handover,
+    /// `lua/shard_renew.lua`.
+    ShardRenew,
 }
 
 impl LeaseScript {
@@ -41,6 +43,7 @@ impl LeaseScript {
             LeaseScript::ReleaseAnnounce => "release announce",
             LeaseScript::Candidate => "candidate",
             LeaseScript::Handover => "handover",
+            LeaseScript::ShardRenew => "shard renew",
         }
     }
 
@@ -60,6 +63,9 @@ impl LeaseScript {
                 c(&["PEXPIRE", lock, "1"]),
                 c(&["PUBLISH", chan, "x"]),
             ],
+            LeaseScript::ShardRenew => {
+                vec![c(&["HGET", lock, "token"]), c(&["PEXPIRE", lock, "1"])]
+            }
             LeaseScript::Renew => vec![
                 c(&["HGET", lock, "token"]),
                 c(&["PEXPIRE", lock, "1"]),

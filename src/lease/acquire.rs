@@ -43,6 +43,9 @@ impl LeaseClient {
             (true, false) => call.arg("1"),
             (true, true) => call.arg("lock").arg(LOCK_FENCE_HEADROOM_US),
         };
+        if let Some(shard) = &self.shard {
+            call.key(&shard.quarantine).arg("").arg(shard.index);
+        }
         let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
         let wanted = endpoint.min_replicas_ack();
         let (reply, acked): (redis::Value, Option<i64>) = endpoint
@@ -100,6 +103,9 @@ impl LeaseClient {
             .arg(token)
             .arg(&self.spec.holder)
             .arg(fence);
+        if let Some(shard) = self.shard_index() {
+            call.arg(shard);
+        }
         let done: i64 = self
             .endpoint
             .call(Some(budget), |mut c| async move {

@@ -47,7 +47,7 @@ impl Lease for LeaseClient {
         let sent_wall = SystemTime::now();
         let mut call = self.scripts.renew.prepare_invoke();
         call.key(&self.keys.lock);
-        if !self.lock {
+        if !self.lock && self.shard.is_none() {
             call.key(&self.keys.handover);
         }
         call.arg(&term.token).arg(self.ttl_ms());
@@ -105,6 +105,9 @@ impl Lease for LeaseClient {
             .arg(&self.spec.holder)
             .arg(successor)
             .arg(window);
+        if let Some(shard) = self.shard_index() {
+            call.arg(shard);
+        }
         let released: i64 = self
             .endpoint
             .call(
@@ -150,15 +153,14 @@ impl Lease for LeaseClient {
     }
 
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
+        if let Some(shard) = self.shard_index() {
+            let mut seen = self.observe_shards(std::iter::once(shard), budget).await?;
+            return seen
+                .pop()
+                .ok_or_else(|| LeaseError::Protocol("an empty shard read".into()));
+        }
         let lock = self.keys.lock.clone();
-        type Fields = (
-            Option<String>,
-            Option<u64>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-        );
-        let (fields, ttl): (Fields, i64) = self
+        let (fields, ttl): (LeaseFields, i64) = self
             .endpoint
             .call(Some(budget), |mut c| async move {
                 redis::pipe()
@@ -176,19 +178,7 @@ impl Lease for LeaseClient {
             })
             .await
             .map_err(|f| self.lift(f))?;
-        if ttl == -2 {
-            return Ok(Observed::Vacant);
-        }
-        let (holder, fence, address, reserved_for, confirmed) = fields;
-        // An unconfirmed term (WAIT, Redlock) may still be undone: name nobody yet.
-        let holder = holder.filter(|_| confirmed.as_deref() != Some("0"));
-        Ok(Observed::from_fields(
-            holder.unwrap_or_default(),
-            fence.unwrap_or(0),
-            address.unwrap_or_default(),
-            reserved_for.unwrap_or_default(),
-            ttl,
-        ))
+        Ok(observed_of(fields, ttl))
     }
 
     async fn heartbeat(&self, beat: Heartbeat<'_>, budget: Duration) -> Result<Roster, LeaseError> {
@@ -216,4 +206,30 @@ impl Lease for LeaseClient {
     ) -> Vec<tokio::sync::watch::Receiver<Option<crate::EvictionPolicy>>> {
         vec![self.endpoint().eviction_policy()]
     }
+}
+
+/// A lease hash's `holder`, `fence`, `address`, `reserved_for` and `confirmed` (HMGET).
+pub(super) type LeaseFields = (
+    Option<String>,
+    Option<u64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The lease as read: its fields and its PTTL in ms (-2: no key).
+pub(super) fn observed_of(fields: LeaseFields, ttl: i64) -> Observed {
+    if ttl == -2 {
+        return Observed::Vacant;
+    }
+    let (holder, fence, address, reserved_for, confirmed) = fields;
+    // An unconfirmed term (WAIT, Redlock) may still be undone: name nobody yet.
+    let holder = holder.filter(|_| confirmed.as_deref() != Some("0"));
+    Observed::from_fields(
+        holder.unwrap_or_default(),
+        fence.unwrap_or(0),
+        address.unwrap_or_default(),
+        reserved_for.unwrap_or_default(),
+        ttl,
+    )
 }

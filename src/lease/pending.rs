@@ -55,6 +55,9 @@ impl LeaseClient {
             .arg(successor)
             .arg(if now { "1" } else { "0" })
             .arg(fence);
+        if let Some(shard) = self.shard_index() {
+            call.arg(shard);
+        }
         self.endpoint
             .call(Some(self.spec.command_timeout), |mut c| async move {
                 call.invoke_async(&mut c).await

@@ -1,0 +1,11 @@
+//! Sharded leadership (README, "Shards"): shard `s` of an election is a lease of its own,
+//! fenced from the election's one counter ([`crate::LeaseClient::shard`]); [`Assignment`]
+//! says which member should own it, and a [`ShardElector`] owns its share.
+
+mod assign;
+mod elector;
+mod members;
+
+pub use crate::lease::{ShardRenewal, ShardTerm};
+pub use assign::Assignment;
+pub use elector::{OwnedShard, ShardElector, ShardPolicy};

@@ -1,0 +1,320 @@
+//! A sharded elector on one Redis (README, "Shards"): registers as a candidate, computes the
+//! assignment from the members, contends for its targets (and for shards vacant a
+//! `retry_period`), renews every owned shard with one call per `retry_period`, steps down
+//! each shard at its own renew deadline, hands a shard to its target once the target has
+//! been a member for a heartbeat period, and on shutdown releases each shard reserved for
+//! its next target. What it owns is published as a watch, stepped down before released.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::members::Members;
+use super::{Assignment, ShardRenewal, ShardTerm};
+use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient, Observed};
+use crate::lease::{LeaseError, Reservation};
+
+/// The shape and timing of a sharded election.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShardPolicy {
+    /// How many shards (1..=4096).
+    pub shards: u32,
+    /// The most shards one replica owns (0: no bound but balance).
+    pub max_shards_per_replica: u32,
+    /// Each shard's lease TTL in Redis (the client's `LeaseSpec::lease_duration`).
+    pub lease_duration: Duration,
+    /// A shard without a successful renew for this long (from its send) is stepped down.
+    pub renew_deadline: Duration,
+    /// How often owned shards are renewed, and shards read.
+    pub retry_period: Duration,
+    /// How long a shard released to its target stays reserved for it.
+    pub handover_window: Duration,
+}
+
+/// One shard this replica owns, as published.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedShard {
+    /// The shard.
+    pub shard: u32,
+    /// Its term's fence.
+    pub fence: u64,
+    /// When the reply that granted it arrived.
+    pub acquired_at: SystemTime,
+    /// Before this instant nobody else can own it; work for it stops by then.
+    pub valid_until: Instant,
+    /// `valid_until` on the wall clock, for publishing.
+    pub valid_until_wall: SystemTime,
+}
+
+impl OwnedShard {
+    fn of(held: &ShardTerm) -> OwnedShard {
+        OwnedShard {
+            shard: held.shard,
+            fence: held.term.fence,
+            acquired_at: held.term.acquired_at,
+            valid_until: held.term.valid_until,
+            valid_until_wall: held.term.valid_until_wall,
+        }
+    }
+}
+
+/// The elector: see the module documentation.
+pub struct ShardElector {
+    client: LeaseClient,
+    policy: ShardPolicy,
+    owned: watch::Sender<Vec<OwnedShard>>,
+    held: Vec<ShardTerm>,
+    members: Members,
+    assignment: Assignment,
+    vacant_since: HashMap<u32, Instant>,
+    started_at_ms: u64,
+}
+
+impl ShardElector {
+    /// An elector for the shards of `client`'s election, as `client`'s holder.
+    pub fn new(client: LeaseClient, policy: ShardPolicy) -> ShardElector {
+        let assignment = Assignment::compute::<&str>(&client.spec().name, policy.shards, &[], 0);
+        ShardElector {
+            client,
+            policy,
+            owned: watch::channel(Vec::new()).0,
+            held: Vec::new(),
+            members: Members::default(),
+            assignment,
+            vacant_since: HashMap::new(),
+            started_at_ms: unix_ms(SystemTime::now()),
+        }
+    }
+
+    /// The shards owned, in order, with their fences and validities: a shard leaves the list
+    /// before its release is sent, and before its validity passes.
+    pub fn watch(&self) -> watch::Receiver<Vec<OwnedShard>> {
+        self.owned.subscribe()
+    }
+
+    /// Runs until `shutdown`, then releases every owned shard reserved for its next target
+    /// and removes this replica's registry entry.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut releases = self.client.watch_releases();
+        let (mut next_beat, mut next_renew) = (Instant::now(), Instant::now());
+        loop {
+            let now = Instant::now();
+            if now >= next_beat {
+                self.read_members().await;
+                next_beat = now + self.policy.lease_duration / 3;
+            }
+            if now >= next_renew {
+                self.renew().await;
+                next_renew = now + self.policy.retry_period;
+            }
+            self.step_down_late();
+            self.hand_over().await;
+            self.contend().await;
+            let deadline = self.held.iter().map(|h| self.deadline(h)).min();
+            let wake = deadline.map_or(next_renew, |d| d.min(next_renew));
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep_until(wake.min(next_beat)) => {}
+                _ = releases.changed() => {}
+            }
+        }
+        self.leave().await;
+    }
+
+    fn me(&self) -> &str {
+        &self.client.spec().holder
+    }
+
+    fn budget(&self) -> Duration {
+        self.client.default_budget()
+    }
+
+    /// When a held shard is stepped down unless renewed: its renew deadline, never after its
+    /// validity.
+    fn deadline(&self, held: &ShardTerm) -> Instant {
+        (held.term.last_sent + self.policy.renew_deadline).min(held.term.valid_until)
+    }
+
+    fn publish(&self) {
+        let mut owned: Vec<OwnedShard> = self.held.iter().map(OwnedShard::of).collect();
+        owned.sort_by_key(|o| o.shard);
+        self.owned.send_replace(owned);
+    }
+
+    /// Refreshes this replica's registry entry, reads the members and recomputes the
+    /// assignment. On an error the last assignment stands.
+    async fn read_members(&mut self) {
+        let entry = Candidate {
+            identity: self.me().to_owned(),
+            state: if self.held.is_empty() {
+                "follower"
+            } else {
+                "leader"
+            }
+            .into(),
+            healthy: true,
+            contending: true,
+            priority: 0,
+            address: None,
+            version: env!("CARGO_PKG_VERSION").into(),
+            started_at_ms: self.started_at_ms,
+            healthy_since_ms: None,
+            seen_at_ms: 0,
+        };
+        let budget = self.budget();
+        let Ok(roster) = self
+            .client
+            .heartbeat(Heartbeat::Write(&entry), budget)
+            .await
+        else {
+            return;
+        };
+        let window = self.policy.lease_duration.as_millis() as u64 / 2;
+        let since = roster.now_ms.saturating_sub(window);
+        let Ok(fresh) = self.client.candidates_seen_since(since, budget).await else {
+            return;
+        };
+        let members = self.members.update(&roster, &fresh);
+        let (name, p) = (&self.client.spec().name, &self.policy);
+        self.assignment = Assignment::compute(name, p.shards, &members, p.max_shards_per_replica);
+    }
+
+    /// One renew of every held shard; a shard reported lost is stepped down at once.
+    async fn renew(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let budget = self.budget();
+        let Ok(results) = self.client.renew_shards(&mut self.held, budget).await else {
+            return; // each shard keeps its own deadline
+        };
+        let mut results = results.into_iter();
+        self.held
+            .retain(|_| results.next() == Some(ShardRenewal::Renewed));
+        self.publish();
+    }
+
+    /// Steps down every shard whose renew deadline has passed.
+    fn step_down_late(&mut self) {
+        let now = Instant::now();
+        let before = self.held.len();
+        let deadlines: Vec<Instant> = self.held.iter().map(|h| self.deadline(h)).collect();
+        let mut late = deadlines.into_iter();
+        self.held.retain(|_| late.next().is_some_and(|d| d > now));
+        if self.held.len() != before {
+            self.publish();
+        }
+    }
+
+    /// Hands each held shard whose target is another member, settled for a heartbeat
+    /// period, to that target: stepped down (published) first, then released reserved for it.
+    /// The members are read again first (a leaver may have handed this replica a shard that
+    /// an older read still gives the leaver).
+    async fn hand_over(&mut self) {
+        if self.moving().is_empty() {
+            return;
+        }
+        self.read_members().await;
+        let moving = self.moving();
+        if moving.is_empty() {
+            return;
+        }
+        self.held
+            .retain(|h| !moving.iter().any(|(m, _)| m.shard == h.shard));
+        self.publish();
+        for (held, target) in moving {
+            let _ = self.release(&held, Some(&target)).await;
+        }
+    }
+
+    /// The held shards whose target is another member, settled for a heartbeat period.
+    fn moving(&self) -> Vec<(ShardTerm, String)> {
+        let settle = self.policy.lease_duration / 3;
+        let me = self.me();
+        let target = |h: &ShardTerm| {
+            let target = self.assignment.target(h.shard)?;
+            (target != me && self.members.settled(target, settle)).then(|| target.to_owned())
+        };
+        let moving = self
+            .held
+            .iter()
+            .filter_map(|h| Some((h.clone(), target(h)?)));
+        moving.collect()
+    }
+
+    async fn release(&self, held: &ShardTerm, to: Option<&str>) -> Result<bool, LeaseError> {
+        let reservation = to.map(|successor| Reservation {
+            successor,
+            window: self.policy.handover_window,
+        });
+        let shard = self.client.shard(held.shard);
+        shard
+            .release_to(&held.term, reservation, self.budget())
+            .await
+    }
+
+    /// Reads every shard and tries those that are this replica's to take: its targets when
+    /// vacant, any reserved for it, and any vacant for a `retry_period`.
+    async fn contend(&mut self) {
+        let (shards, budget) = (self.policy.shards, self.budget());
+        let Ok(seen) = self.client.read_shards(shards, budget).await else {
+            return;
+        };
+        let now = Instant::now();
+        let mut granted = false;
+        for (shard, seen) in (0..shards).zip(seen) {
+            if self.held.iter().any(|h| h.shard == shard) {
+                continue;
+            }
+            let mine = self.assignment.target(shard) == Some(self.me());
+            let take = match &seen {
+                Observed::Vacant => {
+                    let since = *self.vacant_since.entry(shard).or_insert(now);
+                    mine || now.duration_since(since) >= self.policy.retry_period
+                }
+                Observed::Reserved { for_identity, .. } => for_identity == self.me(),
+                _ => false,
+            };
+            if !matches!(seen, Observed::Vacant) {
+                self.vacant_since.remove(&shard);
+            }
+            if !take {
+                continue;
+            }
+            if let Ok(Acquire::Acquired(term)) = self.client.shard(shard).try_acquire(budget).await
+            {
+                self.vacant_since.remove(&shard);
+                self.held.push(ShardTerm { shard, term });
+                granted = true;
+            }
+        }
+        if granted {
+            self.publish();
+        }
+    }
+
+    /// On shutdown: every held shard stepped down (published), the registry entry removed (so
+    /// that no member's next read makes this replica a target), then each shard released
+    /// reserved for its target computed without this replica.
+    async fn leave(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        self.publish();
+        let budget = self.budget();
+        let _ = self.client.heartbeat(Heartbeat::Remove, budget).await;
+        let me = self.me().to_owned();
+        let others: Vec<&String> = self
+            .assignment
+            .members()
+            .iter()
+            .filter(|m| **m != me)
+            .collect();
+        let (name, p) = (&self.client.spec().name, &self.policy);
+        let next = Assignment::compute(name, p.shards, &others, p.max_shards_per_replica);
+        for h in &held {
+            let _ = self.release(h, next.target(h.shard)).await;
+        }
+    }
+}

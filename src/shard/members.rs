@@ -1,0 +1,50 @@
+//! The members of a sharded election (README, "Shards"): registered candidates that are
+//! healthy and contending, whose entry was refreshed within `lease_duration / 2` (read from
+//! the registry's index by `seen_at_ms`, not from the roster, whose other entries are only as
+//! fresh as its last full read), and since when each has been one, as this replica saw it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lease::{Candidate, Roster};
+
+/// The members as last read, each with when this replica first saw it as one.
+#[derive(Debug, Default)]
+pub(crate) struct Members {
+    since: HashMap<String, Instant>,
+}
+
+impl Members {
+    /// Takes in a read: the roster's candidates, and the identities the index shows
+    /// refreshed within `lease_duration / 2`. Returns the members, ordered by identity.
+    pub(crate) fn update(&mut self, roster: &Roster, fresh: &[String]) -> Vec<String> {
+        let mut members: Vec<String> = roster
+            .candidates
+            .iter()
+            .filter(|c| is_member(c) && fresh.contains(&c.identity))
+            .map(|c| c.identity.clone())
+            .collect();
+        members.sort();
+        members.dedup();
+        let now = Instant::now();
+        self.since.retain(|id, _| members.contains(id));
+        for id in &members {
+            self.since.entry(id.clone()).or_insert(now);
+        }
+        members
+    }
+
+    /// True when `identity` has been a member for at least `settle` (a heartbeat period).
+    pub(crate) fn settled(&self, identity: &str, settle: Duration) -> bool {
+        self.since
+            .get(identity)
+            .is_some_and(|since| since.elapsed() >= settle)
+    }
+}
+
+/// Healthy, contending, and not stopping.
+fn is_member(c: &Candidate) -> bool {
+    c.healthy && c.contending && c.state != "stopping"
+}
