@@ -1,11 +1,14 @@
 //! The daemon's wing (cargo feature `daemon`): everything `leaderd run` and the other
 //! commands add above the library. Nothing in the library imports from here.
 //!
-//! - `run`: wires the lease, the elector and the outputs around one state channel;
-//!   `report` turns elector events into state, logs and metrics; `candidacy` keeps this
-//!   replica in the candidate registry; `eviction` watches the server's eviction policy.
+//! - `run`: the elector over the lease, with what runs beside it (`run/beside`: the outputs,
+//!   the health checks and the candidacy, started around one state channel and stopped in
+//!   one order); `report` turns elector events into state, logs and metrics; `candidacy`
+//!   keeps this replica in the candidate registry; `eviction` watches the server's eviction
+//!   policy.
 //! - `config`: the configuration file, flags and environment, validated in one pass.
-//! - `cli`: the command line (`run`, `status`, `watch`, `handover`, `check-config`, ...).
+//! - `cli`: the command line: the dispatch, with `status` (and its `--watch`), `handover` and
+//!   `check-config` in files of their own.
 //! - `state`: the daemon's state vocabulary (`Snapshot`, `Phase`) and the status document.
 //! - Outputs: `http` (probes, status, events), `metrics`, `publish` (the leader file),
 //!   `hooks` (commands run on changes), `proxy` (the leader-aware TCP proxy).

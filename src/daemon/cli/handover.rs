@@ -156,8 +156,8 @@ async fn ask<L: Lease>(
         if holder == leader.holder {
             let line = format!(
                 "{} did not take over within the handover window; {} took the lease back (fence {fence})",
-                super::shown_identity(&request.to),
-                super::shown_identity(&holder)
+                super::status::shown_identity(&request.to),
+                super::status::shown_identity(&holder)
             );
             return Some(Err(Outcome::fail(EXIT_FAILURE, line)));
         }
@@ -242,9 +242,9 @@ fn print_done(name: &str, d: &Done, json: bool) {
         }
         let doc = Doc {
             name,
-            from: super::bounded(&d.from),
+            from: super::status::bounded(&d.from),
             from_fence: d.from_fence,
-            to: super::bounded(&d.to),
+            to: super::status::bounded(&d.to),
             to_fence: d.to_fence,
             elapsed_ms: ms,
         };
@@ -252,9 +252,9 @@ fn print_done(name: &str, d: &Done, json: bool) {
     } else {
         println!(
             "{name}: handed over from {} (fence {}) to {} (fence {}) in {ms} ms",
-            super::shown_identity(&d.from),
+            super::status::shown_identity(&d.from),
             d.from_fence,
-            super::shown_identity(&d.to),
+            super::status::shown_identity(&d.to),
             d.to_fence
         );
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::daemon::candidacy::Listed;
+use crate::daemon::cli::{one_shot_budget, runtime, EXIT_FAILURE};
 use crate::daemon::config::Config;
 use crate::lease::{Lease, LeaseError, Observed};
 
@@ -22,8 +23,8 @@ pub(super) fn run<L: Lease>(config: &Config, lease: L, json: bool) -> i32 {
         drawn: 0,
     };
     let every = config.election.retry_period;
-    let budget = super::one_shot_budget(&lease, config);
-    super::runtime().block_on(watch(&config.name, lease, (every, budget), out))
+    let budget = one_shot_budget(&lease, config);
+    runtime().block_on(watch(&config.name, lease, (every, budget), out))
 }
 
 async fn watch<L: Lease>(
@@ -36,7 +37,7 @@ async fn watch<L: Lease>(
         Ok(signals) => signals.shutdown,
         Err(err) => {
             eprintln!("leaderd: cannot install signal handlers: {err}");
-            return super::EXIT_FAILURE;
+            return EXIT_FAILURE;
         }
     };
     let mut releases = lease.watch_releases();
@@ -49,7 +50,7 @@ async fn watch<L: Lease>(
         if shown.as_ref() != Some(&frame.key) {
             if let Err(err) = out.draw(&frame) {
                 eprintln!("leaderd: status --watch: cannot write the output: {err}");
-                return super::EXIT_FAILURE;
+                return EXIT_FAILURE;
             }
             shown = Some(frame.key);
         }
