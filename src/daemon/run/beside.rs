@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::daemon::config::{Config, OnChange};
+use crate::daemon::hooks::HookSink;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::proxy::LocalGate;
 use crate::daemon::report::{Outputs, Reporter};
@@ -83,12 +84,7 @@ impl Running {
         let margin = 2 * config.redis.command_timeout + lease.spec().drift();
         let gate = LocalGate::new(config.proxy.on_change == OnChange::Close, margin);
         let proxy = proxy.map(|listener| parts.proxy(listener, &gate, &stop_outputs));
-        let (hook_sink, hook_runner) = crate::daemon::hooks::hooks(config, parts.metrics.clone());
-        let hooks = tokio::spawn(crate::daemon::hooks::run_hooks(
-            hook_runner,
-            shutdown.clone(),
-            election_over.clone(),
-        ));
+        let (hook_sink, hooks) = parts.hooks(shutdown, &election_over);
         let outputs = Outputs {
             hooks: Some(hook_sink),
             proxy: proxy.is_some().then_some(gate),
@@ -106,12 +102,7 @@ impl Running {
             parts.metrics.clone(),
             stop_outputs.clone(),
         );
-        let healthy = crate::daemon::health::watch_health(
-            config.election.health_check.clone(),
-            election_over.clone(),
-        );
-        reporter.set_healthy(*healthy.borrow());
-        tokio::spawn(publish_health(healthy.clone(), reporter.clone()));
+        let healthy = parts.health(&reporter, &election_over);
         let running = Running {
             election_over,
             stop_outputs,
@@ -198,6 +189,27 @@ impl<L: Lease> Parts<'_, L> {
                 self.state.clone(),
             ))
         })
+    }
+
+    /// Runs the hooks queued by the returned sink until `finish` (what is queued then still
+    /// runs); after `shutdown`, within less time.
+    fn hooks(
+        &self,
+        shutdown: &CancellationToken,
+        finish: &CancellationToken,
+    ) -> (HookSink, JoinHandle<()>) {
+        let (sink, runner) = crate::daemon::hooks::hooks(self.config, self.metrics.clone());
+        let run = crate::daemon::hooks::run_hooks(runner, shutdown.clone(), finish.clone());
+        (sink, tokio::spawn(run))
+    }
+
+    /// Checks health until `stop` (if configured) and publishes the verdict as it changes.
+    fn health(&self, reporter: &Reporter, stop: &CancellationToken) -> watch::Receiver<bool> {
+        let check = self.config.election.health_check.clone();
+        let healthy = crate::daemon::health::watch_health(check, stop.clone());
+        reporter.set_healthy(*healthy.borrow());
+        tokio::spawn(publish_health(healthy.clone(), reporter.clone()));
+        healthy
     }
 
     /// Serves the proxy on `listener` until `stop`, routing as the state says.
