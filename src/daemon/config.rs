@@ -9,7 +9,7 @@
 //! what no single value can say and the rules between keys.
 //!
 //! Adding a key: its field, doc and default in the section's struct below, with the reader
-//! of its value (`deserialize_with`, from `read.rs`) and, for a duration or a path, its
+//! of its value (`deserialize_with`, from `leaf.rs`) and, for a duration or a path, its
 //! printer (`serialize_with`); the allowed keys of the file and the printed configuration
 //! follow from the struct. A key with a flag also gets its field in [`Overrides`] and its
 //! line in [`Overrides::layered`].
@@ -22,6 +22,7 @@ mod duration;
 mod expand;
 mod keys;
 mod layer;
+mod leaf;
 mod problems;
 mod programs;
 mod read;
@@ -63,10 +64,10 @@ macro_rules! with_defaults {
 #[serde(default)]
 pub struct Config {
     /// The election name, shared by all replicas; part of every Redis key.
-    #[serde(deserialize_with = "read::name")]
+    #[serde(deserialize_with = "leaf::name")]
     pub name: String,
     /// This replica's identity, published as the holder; must differ between replicas.
-    #[serde(deserialize_with = "read::identity")]
+    #[serde(deserialize_with = "leaf::identity")]
     pub identity: String,
     /// Section `redis`: where the lease lives.
     pub redis: RedisConfig,
@@ -185,26 +186,26 @@ pub struct RedisConfig {
     #[serde(flatten, skip_deserializing)]
     pub mode: RedisMode = RedisMode::Single { url: defaults::REDIS_URL.into() },
     /// The Redis ACL user.
-    #[serde(deserialize_with = "read::some_text")]
+    #[serde(deserialize_with = "leaf::some_text")]
     pub username: Option<String> = None,
     /// `LEADERD_REDIS_PASSWORD` if set and not empty, else the contents of `password_file`
     /// with the trailing newline removed.
     #[serde(serialize_with = "redact::secret", skip_deserializing)]
     pub password: Option<Secret> = None,
     /// A file holding the password (read only when `LEADERD_REDIS_PASSWORD` is not set).
-    #[serde(serialize_with = "redact::path", deserialize_with = "read::path")]
+    #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
     pub password_file: Option<PathBuf> = None,
     /// Prepended to every key (default `leaderd:`).
-    #[serde(deserialize_with = "read::text_value")]
+    #[serde(deserialize_with = "leaf::text_value")]
     pub key_prefix: String = "leaderd:".into(),
     /// Limit on establishing a connection (default 1s).
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub connect_timeout: Duration = Duration::from_secs(1),
     /// Limit on one command's round trip (default 500ms); less than `retry_period`.
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub command_timeout: Duration = Duration::from_millis(500),
     /// When > 0, an acquire or renew counts only after that many replicas acknowledged it.
-    #[serde(deserialize_with = "read::whole")]
+    #[serde(deserialize_with = "leaf::whole")]
     pub min_replicas_ack: u32 = 0,
     /// `redis.tls` (optional, beyond `rediss://` alone): the files for `rediss://`
     /// connections. None: the system's CA roots, no client certificate.
@@ -218,13 +219,13 @@ pub struct RedisConfig {
 #[serde(default)]
 pub struct TlsConfig {
     /// PEM CA bundle to verify the servers with, instead of the system's roots.
-    #[serde(serialize_with = "redact::path", deserialize_with = "read::path")]
+    #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
     pub ca_file: Option<PathBuf>,
     /// PEM client certificate (with `key_file`), for servers that ask for one.
-    #[serde(serialize_with = "redact::path", deserialize_with = "read::path")]
+    #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
     pub cert_file: Option<PathBuf>,
     /// PEM private key of `cert_file`.
-    #[serde(serialize_with = "redact::path", deserialize_with = "read::path")]
+    #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
     pub key_file: Option<PathBuf>,
 }
 
@@ -245,30 +246,30 @@ with_defaults! {
 #[serde(default)]
 pub struct ElectionConfig {
     /// TTL of the lease in Redis.
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub lease_duration: Duration = Duration::from_secs(15),
     /// A leader that has not renewed within this steps down.
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub renew_deadline: Duration = Duration::from_secs(10),
     /// Renew interval of the leader, poll interval of the others.
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub retry_period: Duration = Duration::from_secs(2),
     /// Followers wait `retry_period * (1 + U(0, jitter))`; `0 <= jitter <= 1`.
-    #[serde(deserialize_with = "read::jitter")]
+    #[serde(deserialize_with = "leaf::jitter")]
     pub jitter: f64 = 0.2,
     /// Release the lease on a clean shutdown (default true).
-    #[serde(deserialize_with = "read::boolean")]
+    #[serde(deserialize_with = "leaf::boolean")]
     pub release_on_shutdown: bool = true,
     /// What to do after losing a term (default contend).
-    #[serde(deserialize_with = "read::choice")]
+    #[serde(deserialize_with = "leaf::choice")]
     pub on_lost: OnLost = OnLost::Contend,
     /// Set only when `http_get` or a `command` is configured.
     pub health_check: Option<HealthCheckConfig> = None,
     /// Preference as a successor, 0..=1000 (higher first; default 0).
-    #[serde(deserialize_with = "read::priority")]
+    #[serde(deserialize_with = "leaf::priority")]
     pub priority: u32 = 0,
     /// Hand over to a healthier, higher-priority candidate (default false).
-    #[serde(deserialize_with = "read::boolean")]
+    #[serde(deserialize_with = "leaf::boolean")]
     pub preempt: bool = false,
 }
 }
@@ -279,19 +280,19 @@ with_defaults! {
 #[serde(default)]
 pub struct HealthCheckConfig {
     /// An `http://` URL, healthy when it answers 2xx.
-    #[serde(serialize_with = "redact::url", deserialize_with = "read::http_url")]
+    #[serde(serialize_with = "redact::url", deserialize_with = "leaf::http_url")]
     pub http_get: Option<String> = None,
     /// A command, healthy when it exits 0 (run directly, not through a shell).
-    #[serde(deserialize_with = "read::list")]
+    #[serde(deserialize_with = "leaf::list")]
     pub command: Vec<String> = Vec::new(),
     /// Time between checks (default 2s).
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub period: Duration = Duration::from_secs(2),
     /// Limit on one check (default 1s); less than `period`.
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub timeout: Duration = Duration::from_secs(1),
     /// Consecutive failures before yielding or not contending (>= 1).
-    #[serde(deserialize_with = "read::at_least_one")]
+    #[serde(deserialize_with = "leaf::at_least_one")]
     pub failures: u32 = 3,
 }
 }
@@ -313,20 +314,20 @@ with_defaults! {
 #[serde(default)]
 pub struct PublishConfig {
     /// None: no HTTP server (the empty string in the file, a flag or the environment).
-    #[serde(serialize_with = "redact::addr_or_off", deserialize_with = "read::http_addr")]
+    #[serde(serialize_with = "redact::addr_or_off", deserialize_with = "leaf::http_addr")]
     pub http_addr: Option<SocketAddr> = Some(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 9090))),
     /// None: no leader file (the empty string).
-    #[serde(serialize_with = "redact::path_or_off", deserialize_with = "read::leader_file")]
+    #[serde(serialize_with = "redact::path_or_off", deserialize_with = "leaf::leader_file")]
     pub leader_file: Option<PathBuf> = Some(PathBuf::from("/var/run/leaderd/leader.json")),
     /// When `/readyz` answers 200 (default leader).
-    #[serde(deserialize_with = "read::choice")]
+    #[serde(deserialize_with = "leaf::choice")]
     pub ready_when: ReadyWhen = ReadyWhen::Leader,
     /// Open HTTP connections (event streams included) past which a new one is closed at once
     /// (default 1024, 1-65535).
-    #[serde(deserialize_with = "read::connections")]
+    #[serde(deserialize_with = "leaf::connections")]
     pub max_connections: u32 = 1024,
     /// `host:port` where the other replicas reach this replica's service (None: unset).
-    #[serde(deserialize_with = "read::host_port")]
+    #[serde(deserialize_with = "leaf::host_port")]
     pub advertise: Option<String> = None,
 }
 }
@@ -337,16 +338,16 @@ with_defaults! {
 #[serde(default)]
 pub struct HooksConfig {
     /// Run after this replica began a term.
-    #[serde(deserialize_with = "read::list")]
+    #[serde(deserialize_with = "leaf::list")]
     pub on_acquired: Vec<String> = Vec::new(),
     /// Run after this replica's term ended (its claim is over).
-    #[serde(deserialize_with = "read::list")]
+    #[serde(deserialize_with = "leaf::list")]
     pub on_stepped_down: Vec<String> = Vec::new(),
     /// Run when this replica sees another leader, or none.
-    #[serde(deserialize_with = "read::list")]
+    #[serde(deserialize_with = "leaf::list")]
     pub on_leader_changed: Vec<String> = Vec::new(),
     /// A hook still running then is SIGKILLed with its process group (default 10s).
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub timeout: Duration = Duration::from_secs(10),
 }
 }
@@ -368,23 +369,23 @@ with_defaults! {
 #[serde(default)]
 pub struct ProxyConfig {
     /// Where to accept connections (the empty string: no proxy).
-    #[serde(serialize_with = "redact::addr_or_off", deserialize_with = "read::listen_addr")]
+    #[serde(serialize_with = "redact::addr_or_off", deserialize_with = "leaf::listen_addr")]
     pub listen: Option<SocketAddr> = None,
     /// This replica's own service, `host:port` (default `127.0.0.1:8080`).
-    #[serde(serialize_with = "redact::text_or_off", deserialize_with = "read::host_port")]
+    #[serde(serialize_with = "redact::text_or_off", deserialize_with = "leaf::host_port")]
     pub upstream: Option<String> = Some("127.0.0.1:8080".into()),
     /// What happens to connections of a deposed leader (default close).
-    #[serde(deserialize_with = "read::choice")]
+    #[serde(deserialize_with = "leaf::choice")]
     pub on_change: OnChange = OnChange::Close,
     /// How long a new connection waits for a leader (default 2s).
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::positive_duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub connect_timeout: Duration = Duration::from_secs(2),
     /// A connection with no bytes either way for this long is closed (default 1h; zero:
     /// never).
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::duration")]
     pub idle_timeout: Duration = Duration::from_secs(3600),
     /// Connections past this many are closed at once and counted as refused (default 10000).
-    #[serde(deserialize_with = "read::at_least_one")]
+    #[serde(deserialize_with = "leaf::at_least_one")]
     pub max_connections: u32 = 10_000,
 }
 }
@@ -406,17 +407,17 @@ with_defaults! {
 #[serde(default)]
 pub struct ExecConfig {
     /// The program and its arguments, run directly (not through a shell).
-    #[serde(deserialize_with = "read::list")]
+    #[serde(deserialize_with = "leaf::list")]
     pub command: Vec<String> = Vec::new(),
     /// Sent to the child's process group on stepping down (default SIGTERM).
-    #[serde(serialize_with = "redact::signal", deserialize_with = "read::signal")]
+    #[serde(serialize_with = "redact::signal", deserialize_with = "leaf::signal")]
     pub stop_signal: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGTERM,
     /// Time between `stop_signal` and SIGKILL (default 3s); less than
     /// `lease_duration - renew_deadline` in exec mode.
-    #[serde(serialize_with = "redact::duration", deserialize_with = "read::duration")]
+    #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::duration")]
     pub grace_period: Duration = Duration::from_secs(3),
     /// What to do when the child exits while leading (default release).
-    #[serde(deserialize_with = "read::choice")]
+    #[serde(deserialize_with = "leaf::choice")]
     pub on_exit: OnExit = OnExit::Release,
 }
 }
@@ -438,10 +439,10 @@ with_defaults! {
 #[serde(default)]
 pub struct LoggingConfig {
     /// Text or JSON lines (default text).
-    #[serde(deserialize_with = "read::choice")]
+    #[serde(deserialize_with = "leaf::choice")]
     pub format: LogFormat = LogFormat::Text,
     /// One of trace, debug, info, warn, error (lowercase).
-    #[serde(deserialize_with = "read::log_level")]
+    #[serde(deserialize_with = "leaf::log_level")]
     pub level: String = "info".into(),
 }
 }
@@ -648,7 +649,12 @@ fn from_text(
     let mut doc = yaml::parse(text, origin)?;
     let mut problems = problems::Problems::default();
     layer::layer(&mut doc, overrides, env, &mut problems);
-    let (mut config, mut problems) = read::document(&doc, problems);
+    let (mut config, mut problems) = read::document(&doc, problems, |c| {
+        // `redis.mode`'s keys sit beside the section's own (a flattened field): read next.
+        if let Some(redis) = doc.get("redis").filter(|r| r.is_mapping()) {
+            c.redis.mode = addrs::read_mode(redis);
+        }
+    });
     check::all(&mut config, &doc, overrides, env, &mut problems);
     let problems = problems.into_lines();
     if problems.is_empty() {

@@ -30,27 +30,40 @@ pub(super) fn all(
         path_var: &path_var,
         on_this_host: o.check_programs,
     };
-    if let Some(h) = &c.election.health_check {
-        rules::health_check(p, h);
-        let key = "election.health_check.command";
-        let found = h
-            .command
-            .first()
-            .filter(|prog| o.check_programs && !prog.is_empty());
-        if let Some(path) = found.and_then(|prog| find_program(prog, &path_var).ok()) {
-            refuse_writable(p, key, &format!("{key}[0]"), &path);
-        }
-    }
-    c.election.health_check = c
-        .election
-        .health_check
-        .take()
-        .filter(|h| h.http_get.is_some() || !h.command.is_empty());
-    let exec_label = if o.exec_command.is_empty() {
-        "exec.command[0]"
-    } else {
+    health_check(c, &programs, p);
+    if !o.exec_command.is_empty() {
         c.exec.command = o.exec_command.clone();
+    }
+    commands(c, !o.exec_command.is_empty(), &programs, p);
+    proxy_upstream(c, doc, p);
+    rules::across(p, c);
+    rules::redis_client(p, c);
+}
+
+/// The health check's rules and program; None when neither `http_get` nor a command is set.
+fn health_check(c: &mut Config, programs: &Programs<'_>, p: &mut Problems) {
+    let Some(h) = c.election.health_check.take() else {
+        return;
+    };
+    rules::health_check(p, &h);
+    // A program that cannot be found here is a failing check, not a mistake in the file.
+    let key = "election.health_check.command";
+    let found = h
+        .command
+        .first()
+        .filter(|prog| programs.on_this_host && !prog.is_empty());
+    if let Some(path) = found.and_then(|prog| find_program(prog, programs.path_var).ok()) {
+        refuse_writable(p, key, &format!("{key}[0]"), &path);
+    }
+    c.election.health_check = (h.http_get.is_some() || !h.command.is_empty()).then_some(h);
+}
+
+/// The programs of the exec command (`from_run`: given as `run -- COMMAND`) and the hooks.
+fn commands(c: &Config, from_run: bool, programs: &Programs<'_>, p: &mut Problems) {
+    let exec_label = if from_run {
         "exec.command[0] (run -- COMMAND)"
+    } else {
+        "exec.command[0]"
     };
     programs.check(p, "exec.command", exec_label, &c.exec.command);
     let h = &c.hooks;
@@ -61,9 +74,6 @@ pub(super) fn all(
     ] {
         programs.check(p, key, &format!("{key}[0]"), cmd);
     }
-    proxy_upstream(c, doc, p);
-    rules::across(p, c);
-    rules::redis_client(p, c);
 }
 
 fn name_and_identity(c: &mut Config, p: &mut Problems) {

@@ -1,21 +1,15 @@
 //! Reading the document into the config structs with serde: a deserializer over the parsed
-//! YAML that knows the dotted key it is at (and reports the keys a section does not know),
-//! and the leaf readers the structs name with `deserialize_with`. A leaf that cannot be read
-//! is recorded as a problem and left at a default, so that every problem is found at once.
+//! YAML that knows the dotted key it is at, reports the keys a section does not know, and
+//! lets the leaf readers (`leaf.rs`) record a refused value as a problem and carry on, so
+//! that every problem is found at once.
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::keys::{is_section, known_keys};
 use super::problems::Problems;
-use super::refused::ValueError;
-use super::values as v;
 use super::yaml::{describe, Mapping, Value};
 use super::Config;
 
@@ -41,17 +35,19 @@ fn with<T>(f: impl FnOnce(&mut Reading) -> T) -> Option<T> {
 }
 
 /// Reads `doc` into a [`Config`]: refused values go to `problems` and are read as a default.
-pub(super) fn document(doc: &Value, problems: Problems) -> (Config, Problems) {
+/// `then` runs on the result while the reading is under way (for [`part`]).
+pub(super) fn document(
+    doc: &Value,
+    problems: Problems,
+    then: impl FnOnce(&mut Config),
+) -> (Config, Problems) {
     let reading = Reading {
         path: Vec::new(),
         problems,
     };
     READING.with(|r| *r.borrow_mut() = Some(reading));
     let config = Config::deserialize(Doc::new(doc)).map(|mut c| {
-        // `redis.mode`'s keys sit beside the section's own (a flattened field): read next.
-        if let Some(redis) = doc.get("redis").filter(|r| r.is_mapping()) {
-            c.redis.mode = super::addrs::read_mode(redis);
-        }
+        then(&mut c);
         c
     });
     let mut problems = READING
@@ -200,7 +196,7 @@ impl<'de> MapAccess<'de> for Entries<'_> {
 
 /// Records why the value at the current key (its item `item`, e.g. `[2]`, if any) was
 /// refused; outside [`document`] that is an error.
-fn refuse<E: de::Error>(item: &str, item_key: bool, why: String) -> Result<(), E> {
+pub(super) fn refuse<E: de::Error>(item: &str, item_key: bool, why: String) -> Result<(), E> {
     let recorded = with(|r| {
         let key = r.key();
         let line = format!("{}{item}: {why}", r.problems.label(&key));
@@ -212,115 +208,6 @@ fn refuse<E: de::Error>(item: &str, item_key: bool, why: String) -> Result<(), E
         r.problems.problem(&at, line);
     });
     recorded.ok_or_else(|| E::custom(why))
-}
-
-/// The text of a scalar (numbers and booleans as written).
-fn text(value: &Value) -> Result<String, String> {
-    match value {
-        Value::String(s) => Ok(s.clone()),
-        Value::Number(n) => Ok(n.to_string()),
-        Value::Bool(b) => Ok(b.to_string()),
-        other => Err(format!(
-            "{} is not a single value (allowed: one value, such as a string, a number or true/false)",
-            describe(other)
-        )),
-    }
-}
-
-/// One value converted by `convert`; `fallback()` when it is refused.
-fn leaf<'de, D: Deserializer<'de>, T>(
-    d: D,
-    convert: impl FnOnce(&str) -> Result<T, ValueError>,
-    fallback: impl FnOnce() -> T,
-) -> Result<T, D::Error> {
-    let value = Value::deserialize(d)?;
-    let why = match text(&value).map(|t| convert(&t)) {
-        Ok(Ok(read)) => return Ok(read),
-        Ok(Err(why)) => why.to_string(),
-        Err(why) => why,
-    };
-    refuse("", false, why).map(|()| fallback())
-}
-
-/// The leaf readers of one value each, by the converter in `values.rs` they use.
-macro_rules! leaves {
-    ($($name:ident -> $ty:ty = $convert:expr;)*) => {$(
-        pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
-            leaf(d, $convert, Default::default)
-        }
-    )*};
-}
-
-leaves! {
-    name -> String = v::name;
-    identity -> String = v::identity;
-    text_value -> String = |s: &str| Ok(s.to_string());
-    some_text -> Option<String> = |s: &str| v::non_empty(s).map(Some);
-    path -> Option<PathBuf> = |s: &str| v::path(s).map(Some);
-    duration -> Duration = v::duration;
-    positive_duration -> Duration = v::positive_duration;
-    whole -> u32 = v::count(0);
-    at_least_one -> u32 = v::count(1);
-    jitter -> f64 = v::jitter;
-    boolean -> bool = v::boolean;
-    priority -> u32 = v::priority;
-    connections -> u32 = v::connections;
-    http_url -> Option<String> = |s: &str| v::http_url(s).map(Some);
-    http_addr -> Option<SocketAddr> = v::http_addr;
-    listen_addr -> Option<SocketAddr> = v::listen_addr;
-    leader_file -> Option<PathBuf> = v::leader_file;
-    host_port -> Option<String> = v::host_port;
-    log_level -> String = v::log_level;
-    redis_url -> Option<String> = |s: &str| v::redis_url(s).map(Some);
-}
-
-/// One of the names of the enum `T`, case-insensitive.
-pub(super) fn choice<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: DeserializeOwned + Default,
-{
-    leaf(d, v::choice, T::default)
-}
-
-/// A signal by name or number.
-pub(super) fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<Signal, D::Error> {
-    leaf(d, v::signal, || Signal::SIGTERM)
-}
-
-/// A list of strings; empty when it or one of its items is refused.
-pub(super) fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let value = Value::deserialize(d)?;
-    let Value::Sequence(items) = &value else {
-        let why = format!(
-            "{} is not a list of strings (write [\"a\", \"b\"])",
-            describe(&value)
-        );
-        return refuse("", false, why).map(|()| Vec::new());
-    };
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        match text(item) {
-            Ok(t) => out.push(t),
-            Err(why) => refuse(&format!("[{i}]"), false, why)?,
-        }
-    }
-    Ok(if out.len() == items.len() {
-        out
-    } else {
-        Vec::new()
-    })
-}
-
-/// A list of Redis URLs, each one checked (a refused one is a problem of its item).
-pub(super) fn redis_urls<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let urls = list(d)?;
-    for (i, url) in urls.iter().enumerate() {
-        if let Err(why) = v::redis_url(url) {
-            refuse(&format!("[{i}]"), true, why.to_string())?;
-        }
-    }
-    Ok(urls)
 }
 
 /// Reads the section `key`'s `value` (its keys checked already) as `T`, then runs `then` on
