@@ -271,6 +271,12 @@ pub struct ElectionConfig {
     /// Hand over to a healthier, higher-priority candidate (default false).
     #[serde(deserialize_with = "leaf::boolean")]
     pub preempt: bool = false,
+    /// 0: one lease; 1..=4096: that many shards, each a lease (README, "Shards").
+    #[serde(deserialize_with = "leaf::shards")]
+    pub shards: u32 = 0,
+    /// The most shards one replica owns (0: no bound but balance).
+    #[serde(deserialize_with = "leaf::whole")]
+    pub max_shards_per_replica: u32 = 0,
 }
 }
 
