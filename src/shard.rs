@@ -4,8 +4,10 @@
 
 mod assign;
 mod elector;
+mod events;
 mod members;
 
 pub use crate::lease::{ShardRenewal, ShardTerm};
 pub use assign::Assignment;
 pub use elector::{OwnedShard, ShardElector, ShardPolicy};
+pub use events::{ShardEvents, ShardStepDown};

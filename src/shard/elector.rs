@@ -6,14 +6,16 @@
 //! its next target. What it owns is published as a watch, stepped down before released.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::events::NoEvents;
 use super::members::Members;
-use super::{Assignment, ShardRenewal, ShardTerm};
+use super::{Assignment, ShardEvents, ShardRenewal, ShardStepDown, ShardTerm};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient, Observed};
 use crate::lease::{LeaseError, Reservation};
 
@@ -71,6 +73,12 @@ pub struct ShardElector {
     assignment: Assignment,
     vacant_since: HashMap<u32, Instant>,
     started_at_ms: u64,
+    events: Arc<dyn ShardEvents>,
+    /// The health verdict (healthy when not given); unhealthy, it is not a member.
+    healthy: Option<watch::Receiver<bool>>,
+    /// Each message: hand every shard over and sit out one `lease_duration`.
+    yields: Option<mpsc::Receiver<()>>,
+    sit_out_until: Option<Instant>,
 }
 
 impl ShardElector {
@@ -86,7 +94,31 @@ impl ShardElector {
             assignment,
             vacant_since: HashMap::new(),
             started_at_ms: unix_ms(SystemTime::now()),
+            events: Arc::new(NoEvents),
+            healthy: None,
+            yields: None,
+            sit_out_until: None,
         }
+    }
+
+    /// The same elector, telling `events` of every shard's term.
+    pub fn with_events(mut self, events: Arc<dyn ShardEvents>) -> ShardElector {
+        self.events = events;
+        self
+    }
+
+    /// The same elector, a member only while `healthy` says true: unhealthy, it hands every
+    /// shard over (reason `yield`) and takes none.
+    pub fn with_health(mut self, healthy: watch::Receiver<bool>) -> ShardElector {
+        self.healthy = Some(healthy);
+        self
+    }
+
+    /// The same elector, yielding at each message of `yields` (SIGUSR1): every shard handed
+    /// over (reason `yield`), then no shard taken for one `lease_duration`.
+    pub fn with_yields(mut self, yields: mpsc::Receiver<()>) -> ShardElector {
+        self.yields = Some(yields);
+        self
     }
 
     /// The shards owned, in order, with their fences and validities: a shard leaves the list
@@ -111,17 +143,49 @@ impl ShardElector {
                 next_renew = now + self.policy.retry_period;
             }
             self.step_down_late();
-            self.hand_over().await;
-            self.contend().await;
+            if self.out() {
+                self.step_aside().await;
+            } else {
+                self.hand_over().await;
+                self.contend().await;
+            }
             let deadline = self.held.iter().map(|h| self.deadline(h)).min();
-            let wake = deadline.map_or(next_renew, |d| d.min(next_renew));
+            let mut wake = deadline.map_or(next_renew, |d| d.min(next_renew));
+            if let Some(until) = self.sit_out_until {
+                wake = wake.min(until);
+            }
+            let was_out = self.out();
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep_until(wake.min(next_beat)) => {}
                 _ = releases.changed() => {}
+                asked = next_yield(&mut self.yields) => {
+                    if asked {
+                        self.sit_out_until = Some(Instant::now() + self.policy.lease_duration);
+                    } else {
+                        self.yields = None;
+                    }
+                }
+                alive = health_changed(&mut self.healthy) => {
+                    if !alive {
+                        self.healthy = None;
+                    }
+                }
+            }
+            if self.out() != was_out {
+                next_beat = Instant::now(); // the registry says so at once
             }
         }
         self.leave().await;
+    }
+
+    /// Not a member now: unhealthy, or sitting out after a yield.
+    fn out(&mut self) -> bool {
+        if self.sit_out_until.is_some_and(|t| Instant::now() >= t) {
+            self.sit_out_until = None;
+        }
+        let unhealthy = self.healthy.as_ref().is_some_and(|h| !*h.borrow());
+        unhealthy || self.sit_out_until.is_some()
     }
 
     fn me(&self) -> &str {
@@ -155,8 +219,8 @@ impl ShardElector {
                 "leader"
             }
             .into(),
-            healthy: true,
-            contending: true,
+            healthy: self.healthy.as_ref().is_none_or(|h| *h.borrow()),
+            contending: self.sit_out_until.is_none(),
             priority: 0,
             address: None,
             version: env!("CARGO_PKG_VERSION").into(),
@@ -191,10 +255,35 @@ impl ShardElector {
         let Ok(results) = self.client.renew_shards(&mut self.held, budget).await else {
             return; // each shard keeps its own deadline
         };
-        let mut results = results.into_iter();
-        self.held
-            .retain(|_| results.next() == Some(ShardRenewal::Renewed));
+        let (mut kept, mut lost) = (Vec::new(), Vec::new());
+        for (held, result) in std::mem::take(&mut self.held).into_iter().zip(results) {
+            match result {
+                ShardRenewal::Renewed => kept.push(held),
+                _ => lost.push(held),
+            }
+        }
+        self.held = kept;
         self.publish();
+        for held in &self.held {
+            self.events.renewed(&OwnedShard::of(held));
+        }
+        self.ended(&lost, ShardStepDown::Lost);
+    }
+
+    /// Tells of each term of `ended` that it ended for `reason`.
+    fn ended(&self, ended: &[ShardTerm], reason: ShardStepDown) {
+        for held in ended {
+            self.events.stepped_down(&OwnedShard::of(held), reason);
+        }
+    }
+
+    /// Tells of `held` that it ended for `reason`, waits for its work to stop, then releases
+    /// it reserved for `to`.
+    async fn end_and_release(&self, held: &ShardTerm, reason: ShardStepDown, to: Option<&str>) {
+        let owned = OwnedShard::of(held);
+        self.events.stepped_down(&owned, reason);
+        self.events.work_stopped(&owned).await;
+        let _ = self.release(held, to).await;
     }
 
     /// Steps down every shard whose renew deadline has passed.
@@ -202,10 +291,15 @@ impl ShardElector {
         let now = Instant::now();
         let before = self.held.len();
         let deadlines: Vec<Instant> = self.held.iter().map(|h| self.deadline(h)).collect();
-        let mut late = deadlines.into_iter();
-        self.held.retain(|_| late.next().is_some_and(|d| d > now));
+        let (kept, late): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .zip(deadlines)
+            .partition(|(_, d)| *d > now);
+        self.held = kept.into_iter().map(|(h, _)| h).collect();
         if self.held.len() != before {
             self.publish();
+            let late: Vec<ShardTerm> = late.into_iter().map(|(h, _)| h).collect();
+            self.ended(&late, ShardStepDown::Deadline);
         }
     }
 
@@ -226,7 +320,8 @@ impl ShardElector {
             .retain(|h| !moving.iter().any(|(m, _)| m.shard == h.shard));
         self.publish();
         for (held, target) in moving {
-            let _ = self.release(&held, Some(&target)).await;
+            self.end_and_release(&held, ShardStepDown::Rebalance, Some(&target))
+                .await;
         }
     }
 
@@ -265,6 +360,7 @@ impl ShardElector {
         };
         let now = Instant::now();
         let mut granted = false;
+        let mut fresh = Vec::new();
         for (shard, seen) in (0..shards).zip(seen) {
             if self.held.iter().any(|h| h.shard == shard) {
                 continue;
@@ -288,11 +384,15 @@ impl ShardElector {
             {
                 self.vacant_since.remove(&shard);
                 self.held.push(ShardTerm { shard, term });
+                fresh.push(shard);
                 granted = true;
             }
         }
         if granted {
             self.publish();
+            for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
+                self.events.acquired(&OwnedShard::of(held));
+            }
         }
     }
 
@@ -304,17 +404,56 @@ impl ShardElector {
         self.publish();
         let budget = self.budget();
         let _ = self.client.heartbeat(Heartbeat::Remove, budget).await;
-        let me = self.me().to_owned();
+        let next = self.without_me();
+        for h in &held {
+            let to = next.target(h.shard);
+            self.end_and_release(h, ShardStepDown::Shutdown, to).await;
+        }
+    }
+
+    /// Out (unhealthy or sitting out): every held shard stepped down (published), the
+    /// registry told at once, then each released reserved for its target without this replica.
+    async fn step_aside(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        self.publish();
+        self.read_members().await;
+        let next = self.without_me();
+        for h in &held {
+            let to = next.target(h.shard);
+            self.end_and_release(h, ShardStepDown::Yield, to).await;
+        }
+    }
+
+    /// The assignment of the last members read, without this replica.
+    fn without_me(&self) -> Assignment {
+        let me = self.me();
         let others: Vec<&String> = self
             .assignment
             .members()
             .iter()
-            .filter(|m| **m != me)
+            .filter(|m| m.as_str() != me)
             .collect();
         let (name, p) = (&self.client.spec().name, &self.policy);
-        let next = Assignment::compute(name, p.shards, &others, p.max_shards_per_replica);
-        for h in &held {
-            let _ = self.release(h, next.target(h.shard)).await;
-        }
+        Assignment::compute(name, p.shards, &others, p.max_shards_per_replica)
+    }
+}
+
+/// The next yield asked for: true, or false once nobody can ask any more (never without a
+/// channel).
+async fn next_yield(yields: &mut Option<mpsc::Receiver<()>>) -> bool {
+    match yields {
+        Some(rx) => rx.recv().await.is_some(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The next change of health: true, or false once the checks have ended (never without).
+async fn health_changed(healthy: &mut Option<watch::Receiver<bool>>) -> bool {
+    match healthy {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
     }
 }
