@@ -5,7 +5,7 @@
 //!   the health checks and the candidacy, started around one state channel and stopped in
 //!   one order); `report` turns elector events into state, logs and metrics; `candidacy`
 //!   keeps this replica in the candidate registry; `eviction` watches the server's eviction
-//!   policy.
+//!   policy; `shards` reads a sharded election's shards (`run/sharded` runs one).
 //! - `config`: the configuration file, flags and environment, validated in one pass.
 //! - `cli`: the command line: the dispatch, with `status` (and its `--watch`), `handover` and
 //!   `check-config` in files of their own.
@@ -37,5 +37,6 @@ pub(crate) mod proxy;
 pub mod publish;
 mod report;
 pub(crate) mod run;
+pub(crate) mod shards;
 pub(crate) mod shutdown;
 pub mod state;

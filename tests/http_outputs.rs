@@ -43,6 +43,7 @@ fn leader(valid_for: Duration) -> Snapshot {
         leader_address: None,
         priority: 0,
         sitting_out: false,
+        shards: None,
     }
 }
 
@@ -57,6 +58,7 @@ fn follower() -> Snapshot {
         leader_address: None,
         priority: 0,
         sitting_out: false,
+        shards: None,
     }
 }
 
@@ -171,6 +173,7 @@ async fn start(ready_when: ReadyWhen, renew_deadline: Duration, first: Snapshot)
         metrics: metrics.clone(),
         max_connections: 1024,
         candidates: None,
+        shards: None,
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(serve(listener, ctx, shutdown.clone()));

@@ -1,0 +1,204 @@
+//! `leaderd run` in a sharded election (README, "Shards") against a real redis-server and
+//! real leaderd processes: three replicas and 16 shards settle to exactly the assignment, a
+//! fourth joins and gets its share, SIGTERM moves every shard of the leaver at once, SIGKILL
+//! moves each after its validity; no two claims of one shard overlap in the replicas' logs.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use leaderd::shard::Assignment;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use support::{check_logs, Daemon, DaemonOpts, RedisServer};
+
+const NAME: &str = "sh-daemon";
+const SHARDS: u32 = 16;
+/// How long any settling may take: heartbeats to be seen and settled, then the moves.
+const SETTLE: Duration = Duration::from_secs(15);
+
+fn replica(redis: &RedisServer, id: &str) -> Daemon {
+    let mut opts = DaemonOpts::new(NAME, id, &redis.url());
+    opts.extra_yaml = format!("election:\n  shards: {SHARDS}\n");
+    Daemon::spawn(&opts)
+}
+
+/// One row of `GET /shards`: shard, owner, target.
+type Row = (u64, Option<String>, Option<String>);
+
+/// `GET /shards` of `d`; None when it does not answer 200.
+fn shards(d: &Daemon) -> Option<Vec<Row>> {
+    let (code, body) = d.get("/shards");
+    if code != 200 {
+        return None;
+    }
+    let rows: Vec<Value> = serde_json::from_str(&body).ok()?;
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    let rows = rows.iter().map(|r| {
+        (
+            r["shard"].as_u64().unwrap_or(u64::MAX),
+            text(&r["owner"]),
+            text(&r["target"]),
+        )
+    });
+    Some(rows.collect())
+}
+
+/// The owner of each shard, as `d` reads them now, when every shard is owned.
+fn owners(d: &Daemon) -> Option<BTreeMap<u64, String>> {
+    let rows = shards(d)?;
+    rows.into_iter()
+        .map(|(s, owner, _)| Some((s, owner?)))
+        .collect()
+}
+
+/// Waits until the shards' owners are exactly `expected`'s targets (read from `d`).
+fn settle_to(d: &Daemon, members: &[&str]) -> Assignment {
+    let expected = Assignment::compute(NAME, SHARDS, members, 0);
+    let want: BTreeMap<u64, String> = (0..SHARDS)
+        .map(|s| {
+            (
+                u64::from(s),
+                expected.target(s).expect("a target").to_owned(),
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + SETTLE;
+    let mut last = None;
+    while Instant::now() < deadline {
+        last = owners(d);
+        if last.as_ref() == Some(&want) {
+            return expected;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("not settled to the assignment of {members:?} within {SETTLE:?}: want {want:?}, last {last:?}");
+}
+
+/// The shards `d`'s status document says it owns.
+fn owned_in_doc(d: &Daemon) -> Vec<u64> {
+    let doc = d.status_doc().expect("a status document");
+    let owned = doc["shards"]["owned"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    owned.iter().filter_map(|o| o["shard"].as_u64()).collect()
+}
+
+/// Waits until every shard in `moving` is owned by one of `others` (read from `d`); returns
+/// how long it took.
+fn moved(d: &Daemon, moving: &[u64], others: &[&str], within: Duration) -> Duration {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < within {
+        if let Some(o) = owners(d) {
+            if moving
+                .iter()
+                .all(|s| o.get(s).is_some_and(|id| others.contains(&id.as_str())))
+            {
+                return start.elapsed();
+            }
+            last = Some(o);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("shards {moving:?} not owned by {others:?} within {within:?}: last {last:?}");
+}
+
+#[test]
+fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
+    let redis = RedisServer::start();
+    let mut r: Vec<Daemon> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|id| replica(&redis, id))
+        .collect();
+    let expected = settle_to(&r[0], &["r1", "r2", "r3"]);
+
+    // Each replica publishes what it owns, and leads while it owns a shard.
+    for d in &r {
+        let mine: Vec<u64> = expected
+            .shards_of(d.identity())
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        assert_eq!(owned_in_doc(d), mine, "{}", d.identity());
+        let doc = d.status_doc().expect("doc");
+        assert_eq!(doc["shards"]["count"], SHARDS);
+        assert_eq!(
+            (doc["state"].as_str(), doc["is_leader"].as_bool()),
+            (Some("leader"), Some(true))
+        );
+        assert!(doc["leader"].is_null() && doc["fence"].is_null(), "{doc}");
+        assert_eq!(d.get("/readyz").0, 200);
+        let metrics = d.get("/metrics").1;
+        let line = format!("leaderd_shards_owned{{name=\"{NAME}\"}} {}", mine.len());
+        assert!(metrics.contains(&line), "{line} missing");
+        assert!(metrics.contains(&format!("leaderd_is_leader{{name=\"{NAME}\"}} 1")));
+    }
+    // Any replica's GET /shards gives every shard its target.
+    let rows = shards(&r[1]).expect("GET /shards");
+    assert_eq!(rows.len(), SHARDS as usize);
+    for (s, _, target) in rows {
+        assert_eq!(target.as_deref(), expected.target(s as u32));
+    }
+
+    // A fourth joins and gets its share.
+    r.push(replica(&redis, "r4"));
+    let four = settle_to(&r[0], &["r1", "r2", "r3", "r4"]);
+    assert!(!four.shards_of("r4").is_empty());
+
+    // SIGTERM: every shard of r4 moves at once (well before its lease could expire).
+    let leaving: Vec<u64> = owned_in_doc(&r[3]);
+    assert!(!leaving.is_empty());
+    r[3].signal(Signal::SIGTERM);
+    let took = moved(&r[0], &leaving, &["r1", "r2", "r3"], Duration::from_secs(2));
+    assert!(
+        took < Duration::from_millis(1500),
+        "SIGTERM moves took {took:?}"
+    );
+    assert_eq!(r[3].wait_exit(Duration::from_secs(10)), Some(0));
+
+    // SIGKILL: every shard of r3 is taken again (each after its validity: the checker).
+    settle_to(&r[0], &["r1", "r2", "r3"]);
+    let dead: Vec<u64> = owned_in_doc(&r[2]);
+    r[2].kill();
+    moved(&r[0], &dead, &["r1", "r2"], SETTLE);
+
+    for d in &r[..2] {
+        d.signal(Signal::SIGTERM);
+    }
+    for d in &mut r[..2] {
+        assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    }
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    let per_shard = terms.iter().filter(|t| t.shard.is_some()).count();
+    // The first terms, r4's share taken and given back, r3's taken again.
+    let least = SHARDS as usize + 2 * leaving.len() + dead.len();
+    assert!(
+        per_shard >= least,
+        "only {per_shard} shard terms, want >= {least}"
+    );
+    let moves: Vec<_> = r[0].events_named("stepped_down");
+    assert!(
+        moves
+            .iter()
+            .all(|e| e["shard"].is_u64() && e["reason"].is_string()),
+        "{moves:?}"
+    );
+}
+
+#[test]
+fn proxy_and_redlock_are_refused_with_shards() {
+    let redis = RedisServer::start();
+    let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
+    opts.extra_yaml = format!("election:\n  shards: {SHARDS}\nproxy:\n  listen: 127.0.0.1:0\n");
+    let mut d = Daemon::spawn(&opts);
+    assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(2));
+    assert!(
+        d.log().contains("the proxy is not shard-aware"),
+        "{}",
+        d.log()
+    );
+}
