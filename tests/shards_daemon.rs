@@ -143,6 +143,39 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
         assert_eq!(target.as_deref(), expected.target(s as u32));
     }
 
+    // `leaderd status`: the count line, then each candidate with what it owns; exit 0.
+    let out = r[0].cli(&["status"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut lines = out.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("{NAME}: 16 shards, 3 owners, 0 unowned").as_str())
+    );
+    for id in ["r1", "r2", "r3"] {
+        let mine: Vec<String> = expected.shards_of(id).iter().map(u32::to_string).collect();
+        let owns = format!("owns {}: {}", mine.len(), mine.join(","));
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("  {id} ")) && l.ends_with(&owns)),
+            "{id} {owns}: {}",
+            out.stdout
+        );
+    }
+    let out = r[0].cli(&["status", "--json"]);
+    let doc: Value = serde_json::from_str(out.stdout.trim()).expect("status --json");
+    assert_eq!(
+        doc["shards"].as_array().map(Vec::len),
+        Some(SHARDS as usize)
+    );
+    // `leaderd handover`: a usage error.
+    let out = r[0].cli(&["handover"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("the assignment decides") && out.stderr.lines().count() == 1,
+        "{out:?}"
+    );
+
     // A fourth joins and gets its share.
     r.push(replica(&redis, "r4"));
     let four = settle_to(&r[0], &["r1", "r2", "r3", "r4"]);
@@ -171,6 +204,15 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
     for d in &mut r[..2] {
         assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
     }
+    // Nobody left: every shard unowned, exit 3.
+    let out = r[0].cli(&["status"]);
+    assert_eq!(out.code, Some(3), "{out:?}");
+    assert!(
+        out.stdout
+            .starts_with(&format!("{NAME}: 16 shards, 0 owners, 16 unowned\n")),
+        "{out:?}"
+    );
+
     let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
     let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
     let per_shard = terms.iter().filter(|t| t.shard.is_some()).count();
@@ -201,4 +243,28 @@ fn proxy_and_redlock_are_refused_with_shards() {
         "{}",
         d.log()
     );
+}
+
+#[test]
+fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
+    let redis = RedisServer::start();
+    let r: Vec<Daemon> = ["r1", "r2"].iter().map(|id| replica(&redis, id)).collect();
+    settle_to(&r[0], &["r1", "r2"]);
+    let mine = owned_in_doc(&r[0]);
+    assert!(!mine.is_empty());
+    r[0].signal(Signal::SIGUSR1);
+    moved(&r[1], &mine, &["r2"], Duration::from_secs(1));
+    assert!(owned_in_doc(&r[0]).is_empty());
+    let yields = r[0].events_named("stepped_down");
+    let reasons: Vec<_> = yields.iter().map(|e| e["reason"].as_str()).collect();
+    assert_eq!(reasons, vec![Some("yield"); mine.len()]);
+    // Still sitting out well within one lease (2 s), back with its share after it.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(
+        owned_in_doc(&r[0]).is_empty(),
+        "took a shard while sitting out"
+    );
+    settle_to(&r[0], &["r1", "r2"]);
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
 }
