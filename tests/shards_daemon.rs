@@ -268,3 +268,86 @@ fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
     let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
     check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
 }
+
+#[test]
+fn exec_runs_one_child_per_owned_shard_with_its_shard_and_fence() {
+    let redis = RedisServer::start();
+    let out = tempfile::tempdir().expect("temp dir");
+    let dir = out.path().to_str().expect("utf-8").to_owned();
+    let script = r#"echo "$$" > "$OUT/$LEADERD_SHARD.$LEADERD_FENCE"; exec sleep 600"#;
+    let mut r: Vec<Daemon> = ["r1", "r2"]
+        .iter()
+        .map(|id| {
+            let mut opts = DaemonOpts::new(NAME, id, &redis.url());
+            opts.extra_yaml = "election:\n  shards: 4\nexec:\n  grace_period: 300ms\n".into();
+            opts.exec = vec!["sh".into(), "-c".into(), script.into()];
+            opts.env = vec![("OUT".into(), dir.clone())];
+            Daemon::spawn(&opts)
+        })
+        .collect();
+    let expected = Assignment::compute(NAME, 4, &["r1", "r2"], 0);
+    // Each replica's owned shards, with their fences, once settled.
+    let deadline = Instant::now() + SETTLE;
+    let owned = loop {
+        let owned: Vec<(u64, u64)> = r
+            .iter()
+            .flat_map(|d| {
+                let doc = d.status_doc().unwrap_or_default();
+                let list = doc["shards"]["owned"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                list.iter()
+                    .map(|o| {
+                        (
+                            o["shard"].as_u64().unwrap_or(99),
+                            o["fence"].as_u64().unwrap_or(0),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mine = |d: &Daemon| {
+            owned_in_doc(d)
+                == expected
+                    .shards_of(d.identity())
+                    .into_iter()
+                    .map(u64::from)
+                    .collect::<Vec<_>>()
+        };
+        let files = owned
+            .iter()
+            .all(|(s, f)| out.path().join(format!("{s}.{f}")).exists());
+        if owned.len() == 4 && r.iter().all(mine) && files {
+            break owned;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled with a child per shard: {owned:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // One child per shard, each started with its shard and that shard's fence.
+    let pids: Vec<i32> = owned
+        .iter()
+        .map(|(s, f)| {
+            let text =
+                std::fs::read_to_string(out.path().join(format!("{s}.{f}"))).expect("child file");
+            text.trim().parse().expect("a pid")
+        })
+        .collect();
+    let alive = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+    assert!(pids.iter().all(|p| alive(*p)), "a child is not running");
+    // SIGTERM: every child is stopped before leaderd exits.
+    for d in &r {
+        d.signal(Signal::SIGTERM);
+    }
+    for d in &mut r {
+        assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    }
+    let left: Vec<_> = pids.iter().filter(|p| alive(**p)).collect();
+    assert!(
+        left.is_empty(),
+        "children still alive after leaderd exited: {left:?}"
+    );
+}

@@ -132,10 +132,6 @@ fn shards(r: &mut Problems, c: &Config) {
         let msg = format!("proxy.listen: not allowed with election.shards ({n}): the proxy is not shard-aware (leave proxy.listen out, or set election.shards to 0)");
         r.problem("proxy.listen", msg);
     }
-    if !c.exec.command.is_empty() {
-        let msg = format!("exec.command: not supported with election.shards ({n}) yet (leave exec.command out, or set election.shards to 0)");
-        r.problem("exec.command", msg);
-    }
     if r.all_valid(&["redis.mode"]) && c.redis.mode.name() == ModeName::Redlock {
         let msg = format!("election.shards: {n} is not supported with redis.mode redlock yet (allowed with shards: single, sentinel or cluster; or set election.shards to 0)");
         r.problem("election.shards", msg);

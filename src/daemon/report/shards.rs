@@ -2,9 +2,13 @@
 //! state (`shards.owned`), logged as `acquired` / `renewed` / `stepped_down` with `"shard"`,
 //! counted, and given to the hooks with `LEADERD_SHARD`.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
+use futures::future::BoxFuture;
+
 use super::{now_ms, Reporter};
+use crate::daemon::exec::ShardWork;
 use crate::daemon::hooks::HookEvent;
 use crate::daemon::state::{Phase, ShardsView};
 use crate::lease::unix_ms;
@@ -14,6 +18,8 @@ use crate::shard::{OwnedShard, ShardEvents, ShardStepDown};
 #[derive(Clone)]
 pub(crate) struct ShardReporter {
     reporter: Reporter,
+    /// Exec mode: the children of the owned shards.
+    work: Option<Arc<ShardWork>>,
 }
 
 impl ShardReporter {
@@ -25,7 +31,16 @@ impl ShardReporter {
                 owned: Vec::new(),
             });
         });
-        ShardReporter { reporter }
+        ShardReporter {
+            reporter,
+            work: None,
+        }
+    }
+
+    /// The same reporter, running one child per owned shard.
+    pub(crate) fn with_work(mut self, work: Arc<ShardWork>) -> ShardReporter {
+        self.work = Some(work);
+        self
     }
 
     /// Applies `change` to the owned shards; the phase follows (leader while one is owned).
@@ -78,6 +93,9 @@ impl ShardEvents for ShardReporter {
             o.shard,
             o.fence
         );
+        if let Some(work) = &self.work {
+            work.start(o);
+        }
         let me = &self.reporter.identity;
         let hook = HookEvent::acquired(me, o.fence, valid_until_ms).of_shard(o.shard);
         self.reporter.hook(hook);
@@ -91,6 +109,9 @@ impl ShardEvents for ShardReporter {
                 *x = fresh;
             }
         });
+        if let Some(work) = &self.work {
+            work.extend(o);
+        }
         tracing::debug!(
             event = "renewed",
             shard = o.shard,
@@ -104,6 +125,9 @@ impl ShardEvents for ShardReporter {
     fn stepped_down(&self, o: &OwnedShard, reason: ShardStepDown) {
         let (shard, fence) = (o.shard, o.fence);
         self.owned(|owned| owned.retain(|x| !(x.shard == shard && x.fence == fence)));
+        if let Some(work) = &self.work {
+            work.stop(o);
+        }
         self.reporter.metrics.shard_moved(reason);
         tracing::info!(
             event = "stepped_down",
@@ -118,5 +142,12 @@ impl ShardEvents for ShardReporter {
         );
         let hook = HookEvent::stepped_down(fence, reason.as_str()).of_shard(shard);
         self.reporter.hook(hook);
+    }
+
+    fn work_stopped(&self, o: &OwnedShard) -> BoxFuture<'static, ()> {
+        match &self.work {
+            Some(work) => work.stopped(o),
+            None => Box::pin(async {}),
+        }
     }
 }

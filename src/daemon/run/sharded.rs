@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::beside::Running;
 use crate::backend::Backend;
 use crate::daemon::config::Config;
+use crate::daemon::exec::ShardWork;
 use crate::daemon::report::ShardReporter;
 use crate::election::{handover_window, Timing};
 use crate::lease::LeaseClient;
@@ -47,7 +48,10 @@ pub(super) async fn run(
 ) -> i32 {
     let (running, feeds) =
         Running::start(&lease, Some(&client), &config, listener, None, &shutdown);
-    let reporter = ShardReporter::new(feeds.reporter, config.election.shards);
+    let mut reporter = ShardReporter::new(feeds.reporter, config.election.shards);
+    if !config.exec.command.is_empty() {
+        reporter = reporter.with_work(ShardWork::new(&config));
+    }
     let elector = ShardElector::new(client, policy(&config))
         .with_events(Arc::new(reporter.clone()))
         .with_health(feeds.healthy)
