@@ -351,3 +351,71 @@ fn exec_runs_one_child_per_owned_shard_with_its_shard_and_fence() {
         "children still alive after leaderd exited: {left:?}"
     );
 }
+
+#[test]
+fn an_unhealthy_replica_hands_its_shards_over_and_takes_them_back_when_healthy() {
+    let redis = RedisServer::start();
+    let flag = tempfile::NamedTempFile::new().expect("health flag");
+    let path = flag.path().to_str().expect("utf-8").to_owned();
+    let mut r = vec![replica(&redis, "r1")];
+    let mut opts = DaemonOpts::new(NAME, "r2", &redis.url());
+    opts.extra_yaml = format!(
+        "election:\n  shards: {SHARDS}\n  health_check:\n    command: [\"test\", \"-f\", \"{path}\"]\n    period: 100ms\n    timeout: 80ms\n    failures: 1\n"
+    );
+    r.push(Daemon::spawn(&opts));
+    settle_to(&r[0], &["r1", "r2"]);
+    let mine = owned_in_doc(&r[1]);
+    assert!(!mine.is_empty());
+    let (_, kept) = flag.keep().expect("keep the flag");
+    std::fs::remove_file(&kept).expect("fail the health check");
+    moved(&r[0], &mine, &["r1"], Duration::from_secs(2));
+    let reasons: Vec<_> = r[1]
+        .events_named("stepped_down")
+        .iter()
+        .map(|e| e["reason"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(reasons, vec![Some("yield".to_owned()); mine.len()]);
+    let doc = r[1].status_doc().expect("doc");
+    assert_eq!(
+        (doc["healthy"].as_bool(), doc["is_leader"].as_bool()),
+        (Some(false), Some(false))
+    );
+    std::fs::write(&kept, "").expect("pass the health check");
+    settle_to(&r[0], &["r1", "r2"]);
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    let _ = std::fs::remove_file(&kept);
+}
+
+#[test]
+fn a_replica_that_owns_no_shard_is_a_live_follower() {
+    let redis = RedisServer::start();
+    let r: Vec<Daemon> = ["r1", "r2"]
+        .iter()
+        .map(|id| {
+            let mut opts = DaemonOpts::new(NAME, id, &redis.url());
+            opts.extra_yaml = "election:\n  shards: 1\n".into();
+            Daemon::spawn(&opts)
+        })
+        .collect();
+    let one = Assignment::compute(NAME, 1, &["r1", "r2"], 0);
+    let idle = r
+        .iter()
+        .find(|d| Some(d.identity()) != one.target(0))
+        .expect("an idle replica");
+    let deadline = Instant::now() + SETTLE;
+    while owners(idle).map(|o| o.get(&0).cloned()) != Some(one.target(0).map(str::to_owned)) {
+        assert!(Instant::now() < deadline, "shard 0 not owned by its target");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Well past renew_deadline (1400ms) with nothing to renew: still making progress.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(idle.get("/healthz").0, 200);
+    assert_eq!(idle.get("/readyz").0, 503);
+    let doc = idle.status_doc().expect("doc");
+    assert_eq!(
+        (doc["state"].as_str(), doc["is_leader"].as_bool()),
+        (Some("follower"), Some(false))
+    );
+    assert_eq!(doc["shards"]["owned"], serde_json::json!([]));
+}

@@ -149,6 +149,7 @@ impl ShardElector {
                 self.hand_over().await;
                 self.contend().await;
             }
+            self.events.attempted();
             let deadline = self.held.iter().map(|h| self.deadline(h)).min();
             let mut wake = deadline.map_or(next_renew, |d| d.min(next_renew));
             if let Some(until) = self.sit_out_until {
@@ -177,6 +178,11 @@ impl ShardElector {
             }
         }
         self.leave().await;
+    }
+
+    /// What Redis answered; an error is told to the events.
+    fn answered<T>(&self, reply: Result<T, LeaseError>) -> Option<T> {
+        reply.map_err(|err| self.events.redis_failed(&err)).ok()
     }
 
     /// Not a member now: unhealthy, or sitting out after a yield.
@@ -229,16 +235,14 @@ impl ShardElector {
             seen_at_ms: 0,
         };
         let budget = self.budget();
-        let Ok(roster) = self
-            .client
-            .heartbeat(Heartbeat::Write(&entry), budget)
-            .await
-        else {
+        let beat = self.client.heartbeat(Heartbeat::Write(&entry), budget);
+        let Some(roster) = self.answered(beat.await) else {
             return;
         };
         let window = self.policy.lease_duration.as_millis() as u64 / 2;
         let since = roster.now_ms.saturating_sub(window);
-        let Ok(fresh) = self.client.candidates_seen_since(since, budget).await else {
+        let read = self.client.candidates_seen_since(since, budget).await;
+        let Some(fresh) = self.answered(read) else {
             return;
         };
         let members = self.members.update(&roster, &fresh);
@@ -252,7 +256,8 @@ impl ShardElector {
             return;
         }
         let budget = self.budget();
-        let Ok(results) = self.client.renew_shards(&mut self.held, budget).await else {
+        let renewed = self.client.renew_shards(&mut self.held, budget).await;
+        let Some(results) = self.answered(renewed) else {
             return; // each shard keeps its own deadline
         };
         let (mut kept, mut lost) = (Vec::new(), Vec::new());
@@ -355,7 +360,8 @@ impl ShardElector {
     /// vacant, any reserved for it, and any vacant for a `retry_period`.
     async fn contend(&mut self) {
         let (shards, budget) = (self.policy.shards, self.budget());
-        let Ok(seen) = self.client.read_shards(shards, budget).await else {
+        let read = self.client.read_shards(shards, budget).await;
+        let Some(seen) = self.answered(read) else {
             return;
         };
         let now = Instant::now();

@@ -5,6 +5,7 @@
 use futures::future::BoxFuture;
 
 use super::OwnedShard;
+use crate::lease::LeaseError;
 
 /// Why a shard's term ended (the `reason` of `stepped_down`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,6 +47,10 @@ impl ShardStepDown {
 /// Told of every shard's term as it changes; each call comes after the elector's watch has
 /// been updated. The defaults do nothing.
 pub trait ShardEvents: Send + Sync + 'static {
+    /// A round of the elector's loop has finished (whatever Redis answered): it is not stuck.
+    fn attempted(&self) {}
+    /// A Redis call failed (each shard keeps its own deadline meanwhile).
+    fn redis_failed(&self, _err: &LeaseError) {}
     /// A shard's term began.
     fn acquired(&self, _owned: &OwnedShard) {}
     /// A shard's validity moved forward.

@@ -11,7 +11,7 @@ use super::{now_ms, Reporter};
 use crate::daemon::exec::ShardWork;
 use crate::daemon::hooks::HookEvent;
 use crate::daemon::state::{Phase, ShardsView};
-use crate::lease::unix_ms;
+use crate::lease::{unix_ms, LeaseError};
 use crate::shard::{OwnedShard, ShardEvents, ShardStepDown};
 
 /// A [`Reporter`] for a sharded election of `count` shards.
@@ -75,6 +75,22 @@ impl ShardReporter {
 }
 
 impl ShardEvents for ShardReporter {
+    /// The loop is not stuck (`/healthz`), and has left `starting`.
+    fn attempted(&self) {
+        self.reporter.progress.touch();
+        self.reporter.state.send_if_modified(|s| {
+            let first = s.phase == Phase::Starting;
+            if first {
+                s.set_phase(Phase::Follower);
+            }
+            first
+        });
+    }
+
+    fn redis_failed(&self, err: &LeaseError) {
+        self.reporter.failed(err);
+    }
+
     fn acquired(&self, o: &OwnedShard) {
         self.reporter.progress.touch();
         let fresh = o.clone();
