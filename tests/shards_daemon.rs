@@ -338,18 +338,45 @@ fn exec_runs_one_child_per_owned_shard_with_its_shard_and_fence() {
         .collect();
     let alive = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
     assert!(pids.iter().all(|p| alive(*p)), "a child is not running");
+    // SIGKILL of r1: each of its children is killed by its own keeper at once.
+    let doomed: Vec<i32> = owned
+        .iter()
+        .zip(&pids)
+        .filter(|((s, _), _)| expected.target(*s as u32) == Some("r1"))
+        .map(|(_, p)| *p)
+        .collect();
+    assert!(!doomed.is_empty());
+    r[0].kill();
+    let killed_at = Instant::now();
+    while doomed.iter().any(|p| alive(*p)) {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(1),
+            "a child of r1 outlived it by 1s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // r2 takes them after their validity, each with a child of its own.
+    moved(&r[1], &doomed_shards(&owned, &expected), &["r2"], SETTLE);
     // SIGTERM: every child is stopped before leaderd exits.
-    for d in &r {
-        d.signal(Signal::SIGTERM);
-    }
-    for d in &mut r {
-        assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
-    }
+    r[1].signal(Signal::SIGTERM);
+    assert_eq!(r[1].wait_exit(Duration::from_secs(10)), Some(0));
     let left: Vec<_> = pids.iter().filter(|p| alive(**p)).collect();
     assert!(
         left.is_empty(),
         "children still alive after leaderd exited: {left:?}"
     );
+    let children = std::fs::read_dir(out.path()).expect("read dir").count();
+    assert!(children >= 4 + doomed.len(), "{children} children started");
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+}
+
+/// The shards of `owned` whose target is r1.
+fn doomed_shards(owned: &[(u64, u64)], expected: &Assignment) -> Vec<u64> {
+    let r1 = owned
+        .iter()
+        .filter(|(s, _)| expected.target(*s as u32) == Some("r1"));
+    r1.map(|(s, _)| *s).collect()
 }
 
 #[test]
