@@ -417,11 +417,14 @@ fn an_unhealthy_replica_hands_its_shards_over_and_takes_them_back_when_healthy()
 #[test]
 fn a_replica_that_owns_no_shard_is_a_live_follower() {
     let redis = RedisServer::start();
+    let out = tempfile::tempdir().expect("temp dir");
+    let hook = r#"["sh", "-c", "echo $LEADERD_SHARD $LEADERD_FENCE > $OUT/$LEADERD_IDENTITY"]"#;
     let r: Vec<Daemon> = ["r1", "r2"]
         .iter()
         .map(|id| {
             let mut opts = DaemonOpts::new(NAME, id, &redis.url());
-            opts.extra_yaml = "election:\n  shards: 1\n".into();
+            opts.extra_yaml = format!("election:\n  shards: 1\nhooks:\n  on_acquired: {hook}\n");
+            opts.env = vec![("OUT".into(), out.path().to_str().expect("utf-8").into())];
             Daemon::spawn(&opts)
         })
         .collect();
@@ -445,4 +448,13 @@ fn a_replica_that_owns_no_shard_is_a_live_follower() {
         (Some("follower"), Some(false))
     );
     assert_eq!(doc["shards"]["owned"], serde_json::json!([]));
+    // The owner's on_acquired hook ran with its shard and that shard's fence.
+    let owner = r
+        .iter()
+        .find(|d| Some(d.identity()) == one.target(0))
+        .expect("owner");
+    let fence = owner.status_doc().expect("doc")["shards"]["owned"][0]["fence"].as_u64();
+    let ran = std::fs::read_to_string(out.path().join(owner.identity())).unwrap_or_default();
+    assert_eq!(ran.trim(), format!("0 {}", fence.expect("a fence")));
+    assert!(!out.path().join(idle.identity()).exists());
 }
