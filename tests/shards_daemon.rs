@@ -458,3 +458,34 @@ fn a_replica_that_owns_no_shard_is_a_live_follower() {
     assert_eq!(ran.trim(), format!("0 {}", fence.expect("a fence")));
     assert!(!out.path().join(idle.identity()).exists());
 }
+
+#[test]
+fn on_sigterm_the_children_of_all_shards_stop_at_once() {
+    let redis = RedisServer::start();
+    let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
+    opts.extra_yaml = "election:\n  shards: 4\nexec:\n  grace_period: 300ms\n".into();
+    // Each child takes its whole grace period to stop (SIGKILLed at its end).
+    let script = r#"trap "" TERM; touch "$OUT/$LEADERD_SHARD"; while :; do sleep 0.05; done"#;
+    opts.exec = vec!["sh".into(), "-c".into(), script.into()];
+    let out = tempfile::tempdir().expect("temp dir");
+    opts.env = vec![("OUT".into(), out.path().to_str().expect("utf-8").into())];
+    let mut d = Daemon::spawn(&opts);
+    let deadline = Instant::now() + SETTLE;
+    let owned = |d: &Daemon| d.status_doc().map_or(0, |_| owned_in_doc(d).len());
+    while owned(&d) < 4 || std::fs::read_dir(out.path()).map_or(0, Iterator::count) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "not all 4 shards owned with a child"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let start = Instant::now();
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    // One after another, 4 grace periods would take 1.2 s.
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(900),
+        "SIGTERM to exit took {took:?}"
+    );
+}

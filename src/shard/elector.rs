@@ -282,13 +282,17 @@ impl ShardElector {
         }
     }
 
-    /// Tells of `held` that it ended for `reason`, waits for its work to stop, then releases
-    /// it reserved for `to`.
-    async fn end_and_release(&self, held: &ShardTerm, reason: ShardStepDown, to: Option<&str>) {
-        let owned = OwnedShard::of(held);
-        self.events.stepped_down(&owned, reason);
-        self.events.work_stopped(&owned).await;
-        let _ = self.release(held, to).await;
+    /// Tells of each shard of `ended` that it ended for `reason` (so the work of all of them
+    /// stops at once), then, as each one's work has stopped, releases it reserved for its
+    /// target.
+    async fn end_and_release(&self, ended: &[(ShardTerm, Option<String>)], reason: ShardStepDown) {
+        for (held, _) in ended {
+            self.events.stepped_down(&OwnedShard::of(held), reason);
+        }
+        for (held, to) in ended {
+            self.events.work_stopped(&OwnedShard::of(held)).await;
+            let _ = self.release(held, to.as_deref()).await;
+        }
     }
 
     /// Steps down every shard whose renew deadline has passed.
@@ -324,10 +328,9 @@ impl ShardElector {
         self.held
             .retain(|h| !moving.iter().any(|(m, _)| m.shard == h.shard));
         self.publish();
-        for (held, target) in moving {
-            self.end_and_release(&held, ShardStepDown::Rebalance, Some(&target))
-                .await;
-        }
+        let moving: Vec<_> = moving.into_iter().map(|(h, t)| (h, Some(t))).collect();
+        self.end_and_release(&moving, ShardStepDown::Rebalance)
+            .await;
     }
 
     /// The held shards whose target is another member, settled for a heartbeat period.
@@ -410,11 +413,8 @@ impl ShardElector {
         self.publish();
         let budget = self.budget();
         let _ = self.client.heartbeat(Heartbeat::Remove, budget).await;
-        let next = self.without_me();
-        for h in &held {
-            let to = next.target(h.shard);
-            self.end_and_release(h, ShardStepDown::Shutdown, to).await;
-        }
+        let ended = self.with_next_targets(held);
+        self.end_and_release(&ended, ShardStepDown::Shutdown).await;
     }
 
     /// Out (unhealthy or sitting out): every held shard stepped down (published), the
@@ -426,11 +426,18 @@ impl ShardElector {
         let held = std::mem::take(&mut self.held);
         self.publish();
         self.read_members().await;
+        let ended = self.with_next_targets(held);
+        self.end_and_release(&ended, ShardStepDown::Yield).await;
+    }
+
+    /// Each of `held` with its target in the assignment without this replica.
+    fn with_next_targets(&self, held: Vec<ShardTerm>) -> Vec<(ShardTerm, Option<String>)> {
         let next = self.without_me();
-        for h in &held {
-            let to = next.target(h.shard);
-            self.end_and_release(h, ShardStepDown::Yield, to).await;
-        }
+        let with_target = |h: ShardTerm| {
+            let to = next.target(h.shard).map(str::to_owned);
+            (h, to)
+        };
+        held.into_iter().map(with_target).collect()
     }
 
     /// The assignment of the last members read, without this replica.
