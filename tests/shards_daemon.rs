@@ -339,6 +339,16 @@ fn exec_runs_one_child_per_owned_shard_with_its_shard_and_fence() {
         })
         .collect();
     let alive = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+    // Each child's start is logged with its shard's fence.
+    let started: Vec<u64> = r
+        .iter()
+        .flat_map(|d| d.events_named("child_started"))
+        .filter_map(|e| e["fence"].as_u64())
+        .collect();
+    assert!(
+        owned.iter().all(|(_, f)| started.contains(f)),
+        "{started:?} {owned:?}"
+    );
     assert!(pids.iter().all(|p| alive(*p)), "a child is not running");
     // SIGKILL of r1: each of its children is killed by its own keeper at once.
     let doomed: Vec<i32> = owned

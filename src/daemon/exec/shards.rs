@@ -57,17 +57,27 @@ impl ShardWork {
         let term = view(o);
         tokio::spawn(async move {
             work.start(&term).await;
-            while let Some(op) = rx.recv().await {
+            // The keeper's reports are read (and logged: child_started, child_ended) as they
+            // come; a child that ends by itself is not restarted until the shard's next term.
+            let mut running = true;
+            loop {
+                let op = tokio::select! {
+                    op = rx.recv() => op,
+                    _ = work.exited(), if running => {
+                        running = false;
+                        continue;
+                    }
+                };
                 match op {
-                    Op::Extend(term) => work.extend(&term).await,
-                    Op::Stop(done) => {
+                    Some(Op::Extend(term)) => work.extend(&term).await,
+                    Some(Op::Stop(done)) => {
                         work.stop().await;
                         let _ = done.send(());
                         return;
                     }
+                    None => return work.stop().await, // nobody can stop it any more
                 }
             }
-            work.stop().await; // nobody can stop it any more
         });
         let old = self.tasks.lock().expect("shard work").insert(o.shard, tx);
         if let Some(old) = old {
