@@ -369,16 +369,35 @@ fn exec_runs_one_child_per_owned_shard_with_its_shard_and_fence() {
     }
     // r2 takes them after their validity, each with a child of its own.
     moved(&r[1], &doomed_shards(&owned, &expected), &["r2"], SETTLE);
+    let children = || std::fs::read_dir(out.path()).map_or(0, Iterator::count);
+    let taken_at = Instant::now();
+    while children() < 4 + doomed.len() {
+        assert!(
+            taken_at.elapsed() < Duration::from_secs(2),
+            "{} children started",
+            children()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // SIGTERM: every child is stopped before leaderd exits.
     r[1].signal(Signal::SIGTERM);
     assert_eq!(r[1].wait_exit(Duration::from_secs(10)), Some(0));
-    let left: Vec<_> = pids.iter().filter(|p| alive(**p)).collect();
+    let every: Vec<i32> = std::fs::read_dir(out.path())
+        .expect("read dir")
+        .filter_map(|f| {
+            std::fs::read_to_string(f.ok()?.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(every.len(), 4 + doomed.len());
+    let left: Vec<_> = every.iter().filter(|p| alive(**p)).collect();
     assert!(
         left.is_empty(),
-        "children still alive after leaderd exited: {left:?}"
+        "children alive after leaderd exited: {left:?}"
     );
-    let children = std::fs::read_dir(out.path()).expect("read dir").count();
-    assert!(children >= 4 + doomed.len(), "{children} children started");
     let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
     check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
 }
