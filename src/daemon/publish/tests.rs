@@ -144,7 +144,7 @@ async fn leader_file_stops_claiming_when_the_validity_passes() {
     let (tx, task) = spawn_file(path.clone(), follower());
     wait_for_doc(&path, "follower", |d| d["state"] == "follower").await;
 
-    tx.send(leader(Duration::from_millis(200))).unwrap();
+    tx.send(leader(Duration::from_secs(1))).unwrap();
     let doc = wait_for_doc(&path, "leader", |d| d["is_leader"] == true).await;
     assert_eq!(doc["fence"], 7);
     let doc = wait_for_doc(&path, "expired", |d| d["is_leader"] == false).await;
