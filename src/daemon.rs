@@ -5,7 +5,7 @@
 //!   the health checks and the candidacy, started around one state channel and stopped in
 //!   one order); `report` turns elector events into state, logs and metrics; `candidacy`
 //!   keeps this replica in the candidate registry; `eviction` watches the server's eviction
-//!   policy.
+//!   policy; `shards` reads a sharded election's shards (`run/sharded` runs one).
 //! - `config`: the configuration file, flags and environment, validated in one pass.
 //! - `cli`: the command line: the dispatch, with `status` (and its `--watch`), `handover` and
 //!   `check-config` in files of their own.
@@ -19,8 +19,6 @@
 
 pub(crate) mod candidacy;
 pub(crate) mod cli;
-// Its `pub` items become `pub(crate)` once the config rewrite is merged (`cargo fix --lib`).
-#[allow(unreachable_pub)]
 pub(crate) mod config;
 pub(crate) mod escape;
 mod eviction;
@@ -36,5 +34,6 @@ pub(crate) mod proxy;
 pub(crate) mod publish;
 mod report;
 pub(crate) mod run;
+pub(crate) mod shards;
 pub(crate) mod shutdown;
 pub(crate) mod state;

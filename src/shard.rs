@@ -4,8 +4,12 @@
 
 mod assign;
 mod elector;
+mod events;
 mod members;
+#[cfg(feature = "daemon")]
+pub(crate) use members::read_now as read_members;
 
 pub use crate::lease::{ShardRenewal, ShardTerm};
 pub use assign::Assignment;
 pub use elector::{OwnedShard, ShardElector, ShardPolicy};
+pub use events::{ShardEvents, ShardStepDown};

@@ -49,7 +49,7 @@ macro_rules! with_defaults {
     ($(#[$meta:meta])* pub struct $name:ident {
         $($(#[$fmeta:meta])* pub $field:ident: $ty:ty = $default:expr,)*
     }) => {
-        $(#[$meta])* pub struct $name { $($(#[$fmeta])* pub $field: $ty,)* }
+        $(#[$meta])* pub(crate) struct $name { $($(#[$fmeta])* pub(crate) $field: $ty,)* }
 
         impl Default for $name {
             fn default() -> Self {
@@ -62,7 +62,7 @@ macro_rules! with_defaults {
 /// Everything `leaderd` needs to run one election, validated as a whole.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Config {
+pub(crate) struct Config {
     /// The election name, shared by all replicas; part of every Redis key.
     #[serde(deserialize_with = "leaf::name")]
     pub name: String,
@@ -88,7 +88,7 @@ pub struct Config {
 /// The value of `redis.mode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ModeName {
+pub(crate) enum ModeName {
     /// `single`.
     #[default]
     Single,
@@ -103,7 +103,7 @@ pub enum ModeName {
 /// How the lease store is deployed, with the addresses that deployment uses (after
 /// validation: a mode without its addresses, or with another mode's, cannot be built).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisMode {
+pub(crate) enum RedisMode {
     /// One server (`redis.url`, default `redis://127.0.0.1:6379/0`).
     Single {
         /// `redis.url`.
@@ -130,7 +130,7 @@ pub enum RedisMode {
 
 impl RedisMode {
     /// The `redis.mode` this is.
-    pub fn name(&self) -> ModeName {
+    pub(crate) fn name(&self) -> ModeName {
         match self {
             RedisMode::Single { .. } => ModeName::Single,
             RedisMode::Sentinel { .. } => ModeName::Sentinel,
@@ -140,7 +140,7 @@ impl RedisMode {
     }
 
     /// `redis.url` (mode single).
-    pub fn url(&self) -> Option<&str> {
+    pub(crate) fn url(&self) -> Option<&str> {
         match self {
             RedisMode::Single { url } => Some(url),
             _ => None,
@@ -148,7 +148,7 @@ impl RedisMode {
     }
 
     /// `redis.urls` (modes redlock and cluster; empty otherwise).
-    pub fn urls(&self) -> &[String] {
+    pub(crate) fn urls(&self) -> &[String] {
         match self {
             RedisMode::Redlock { urls } | RedisMode::Cluster { urls } => urls,
             _ => &[],
@@ -156,7 +156,7 @@ impl RedisMode {
     }
 
     /// `redis.sentinels` (mode sentinel; empty otherwise).
-    pub fn sentinels(&self) -> &[String] {
+    pub(crate) fn sentinels(&self) -> &[String] {
         match self {
             RedisMode::Sentinel { sentinels, .. } => sentinels,
             _ => &[],
@@ -164,7 +164,7 @@ impl RedisMode {
     }
 
     /// `redis.master_name` (mode sentinel).
-    pub fn master_name(&self) -> Option<&str> {
+    pub(crate) fn master_name(&self) -> Option<&str> {
         match self {
             RedisMode::Sentinel { master_name, .. } => Some(master_name),
             _ => None,
@@ -174,7 +174,7 @@ impl RedisMode {
 
 /// A password: kept out of `Debug` output, logs and the printed configuration (the
 /// library's type, handed to the connector as it is).
-pub use crate::connector::Secret;
+pub(crate) use crate::connector::Secret;
 
 with_defaults! {
 /// Where and how to reach Redis.
@@ -217,7 +217,7 @@ pub struct RedisConfig {
 /// client is made, and never printed.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct TlsConfig {
+pub(crate) struct TlsConfig {
     /// PEM CA bundle to verify the servers with, instead of the system's roots.
     #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
     pub ca_file: Option<PathBuf>,
@@ -232,7 +232,7 @@ pub struct TlsConfig {
 /// What a replica does after losing a term for a reason other than shutdown or yield.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OnLost {
+pub(crate) enum OnLost {
     /// Campaign again after `retry_period`.
     #[default]
     Contend,
@@ -271,6 +271,12 @@ pub struct ElectionConfig {
     /// Hand over to a healthier, higher-priority candidate (default false).
     #[serde(deserialize_with = "leaf::boolean")]
     pub preempt: bool = false,
+    /// 0: one lease; 1..=4096: that many shards, each a lease (README, "Shards").
+    #[serde(deserialize_with = "leaf::shards")]
+    pub shards: u32 = 0,
+    /// The most shards one replica owns (0: no bound but balance).
+    #[serde(deserialize_with = "leaf::whole")]
+    pub max_shards_per_replica: u32 = 0,
 }
 }
 
@@ -300,7 +306,7 @@ pub struct HealthCheckConfig {
 /// When `/readyz` answers 200.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ReadyWhen {
+pub(crate) enum ReadyWhen {
     /// Only while leader with a valid lease.
     #[default]
     Leader,
@@ -355,7 +361,7 @@ pub struct HooksConfig {
 /// What happens to the proxied connections of a deposed leader.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OnChange {
+pub(crate) enum OnChange {
     /// Close them when this replica learns of the change.
     #[default]
     Close,
@@ -393,7 +399,7 @@ pub struct ProxyConfig {
 /// What happens when the child exits while this replica leads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OnExit {
+pub(crate) enum OnExit {
     /// Release the lease and contend again after `retry_period`.
     #[default]
     Release,
@@ -425,7 +431,7 @@ pub struct ExecConfig {
 /// The log line format.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines.
     #[default]
     Text,
@@ -450,7 +456,7 @@ pub struct LoggingConfig {
 /// Values given on the command line (the flags every subcommand shares); None = not given.
 /// They win over the environment and the file.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct Overrides {
+pub(crate) struct Overrides {
     /// Configuration file [default: $LEADERD_CONFIG, else ./config.yaml]
     #[arg(long = "config", value_name = "PATH")]
     pub config_path: Option<PathBuf>,
@@ -569,7 +575,7 @@ impl Overrides {
 /// value and what is allowed; `Display` prints them one per line.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", .problems.join("\n"))]
-pub struct ConfigError {
+pub(crate) struct ConfigError {
     /// One line per problem, in the order found.
     pub problems: Vec<String>,
 }
@@ -583,7 +589,7 @@ impl ConfigError {
 }
 
 /// Looks an environment variable up, as `std::env::var` does (a map in tests).
-pub type EnvLookup<'e> = &'e dyn Fn(&str) -> Result<String, std::env::VarError>;
+pub(crate) type EnvLookup<'e> = &'e dyn Fn(&str) -> Result<String, std::env::VarError>;
 
 /// The problem line of an environment variable `name` whose value is not UTF-8.
 fn not_utf8(name: &str) -> String {
@@ -598,7 +604,7 @@ fn not_utf8(name: &str) -> String {
 ///
 /// A missing or unreadable file or invalid YAML gives one problem naming the path;
 /// otherwise every unknown key, bad value and broken rule is listed.
-pub fn load(overrides: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+pub(crate) fn load(overrides: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
     let from_env = || match env("LEADERD_CONFIG") {
         Ok(path) => Ok(Some(path).filter(|p| !p.is_empty()).map(PathBuf::from)),
         Err(std::env::VarError::NotPresent) => Ok(None),
@@ -620,7 +626,7 @@ pub fn load(overrides: &Overrides, env: EnvLookup<'_>) -> Result<Config, ConfigE
 ///
 /// As [`load`], without the file errors.
 #[cfg_attr(not(test), allow(dead_code))]
-pub fn load_from_str(
+pub(crate) fn load_from_str(
     yaml: &str,
     overrides: &Overrides,
     env: EnvLookup<'_>,
@@ -638,7 +644,7 @@ pub(crate) fn check_identity(identity: &str) -> Result<(), refused::ValueError> 
 }
 
 /// The largest config file read (a leaderd config is a few kilobytes).
-pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 fn from_text(
     text: &str,

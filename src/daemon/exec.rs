@@ -22,9 +22,11 @@ use tokio::time::Instant;
 
 mod kept;
 mod secrets;
+mod shards;
 pub(crate) use kept::{run_once, Ended};
 use kept::{spawn_keeper, KeeperLink, KeeperSpec};
 pub(crate) use secrets::{remember_secret_vars, without_secrets};
+pub(crate) use shards::ShardWork;
 
 use crate::daemon::config::Config;
 use crate::daemon::keeper::{monotonic_ns, Cause, Report, Request};
@@ -82,6 +84,13 @@ impl ExecWork {
             keeper: None,
             failed: false,
         }
+    }
+
+    /// The work of one shard of a sharded election: its child also gets `LEADERD_SHARD`.
+    pub(crate) fn for_shard(config: &Config, shard: u32) -> Self {
+        let mut work = ExecWork::new(config);
+        work.env.push(("LEADERD_SHARD", shard.to_string()));
+        work
     }
 
     fn spawn(&self, term: &TermView) -> Result<Keeper, ExecError> {

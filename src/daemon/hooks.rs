@@ -63,6 +63,8 @@ pub(crate) struct HookEvent {
     pub reason: Option<&'static str>,
     /// `LEADERD_LEASE_VALID_UNTIL_MS` (acquired only).
     pub valid_until_ms: Option<u64>,
+    /// `LEADERD_SHARD`: the shard of a sharded election's event (README, "Shards").
+    pub shard: Option<u32>,
 }
 
 impl HookEvent {
@@ -74,6 +76,7 @@ impl HookEvent {
             leader: Some(me.to_string()),
             reason: None,
             valid_until_ms: Some(valid_until_ms),
+            shard: None,
         }
     }
 
@@ -85,6 +88,7 @@ impl HookEvent {
             leader: None,
             reason: Some(reason),
             valid_until_ms: None,
+            shard: None,
         }
     }
 
@@ -96,7 +100,14 @@ impl HookEvent {
             leader,
             reason: None,
             valid_until_ms: None,
+            shard: None,
         }
+    }
+
+    /// The same event, of shard `shard`.
+    pub(crate) fn of_shard(mut self, shard: u32) -> Self {
+        self.shard = Some(shard);
+        self
     }
 
     /// The variables this event adds to the environment of exec mode.
@@ -114,6 +125,9 @@ impl HookEvent {
         }
         if let Some(ms) = self.valid_until_ms {
             env.push(("LEADERD_LEASE_VALID_UNTIL_MS", ms.to_string()));
+        }
+        if let Some(shard) = self.shard {
+            env.push(("LEADERD_SHARD", shard.to_string()));
         }
         env
     }

@@ -54,6 +54,8 @@ pub(crate) struct HttpContext {
     pub max_connections: u32,
     /// Reads the candidates from Redis for `GET /candidates`: the JSON array, or why not.
     pub candidates: Option<ReadCandidates>,
+    /// In a sharded election, reads every shard for `GET /shards` (README, "Shards").
+    pub shards: Option<ReadCandidates>,
 }
 
 /// A read of the candidates (bounded by the command timeout): the JSON body, or the error.
@@ -65,7 +67,7 @@ pub(crate) type ReadCandidates = Arc<
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CandidatesError {
     /// Redis did not answer within the command timeout.
-    #[error("redis: timed out reading the candidates")]
+    #[error("redis: timed out reading from Redis")]
     TimedOut,
     /// Redis answered with an error, or could not be reached.
     #[error(transparent)]
@@ -158,6 +160,7 @@ fn router(ctx: HttpContext) -> Router {
         .route("/leader", get(leader))
         .route("/metrics", get(metrics))
         .route("/candidates", get(candidates))
+        .route("/shards", get(shards))
         .route("/events", get(events::events))
         .with_state(ctx)
 }
@@ -199,7 +202,22 @@ async fn root(State(ctx): State<HttpContext>) -> Json<serde_json::Value> {
 
 /// The candidates read from Redis now: 200 and the array, 503 `{"error"}` when unreachable.
 async fn candidates(State(ctx): State<HttpContext>) -> Response {
-    let read = match &ctx.candidates {
+    read_json(ctx.candidates.as_ref()).await
+}
+
+/// Every shard read from Redis now: 200 and the array, 503 `{"error"}` when unreachable,
+/// 404 when the election is not sharded.
+async fn shards(State(ctx): State<HttpContext>) -> Response {
+    if ctx.shards.is_none() {
+        let body = Json(serde_json::json!({ "error": "this election is not sharded" }));
+        return (StatusCode::NOT_FOUND, body).into_response();
+    }
+    read_json(ctx.shards.as_ref()).await
+}
+
+/// The JSON `read` answers: 200 and the body, 503 `{"error"}` when it cannot.
+async fn read_json(read: Option<&ReadCandidates>) -> Response {
+    let read = match read {
         Some(read) => read().await,
         None => Err(CandidatesError::NoReader),
     };

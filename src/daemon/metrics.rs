@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::conn::FailureKind;
 use crate::daemon::state::Snapshot;
 use crate::election::{AcquireResult, Began, RenewResult, StepDown};
+use crate::shard::ShardStepDown;
 
 mod outputs;
 pub(crate) use outputs::OutputMetrics;
@@ -37,6 +38,8 @@ const ACQUIRE_HELP: &str = "Attempts to acquire the lease, by result.";
 const RENEWALS_HELP: &str = "Attempts to renew the lease, by result.";
 const RENEW_DURATION_HELP: &str = "Round trip of each renew of the lease, in seconds.";
 const STEP_DOWNS_HELP: &str = "Terms this replica has ended, by reason.";
+const SHARDS_OWNED_HELP: &str = "Shards this replica owns (a sharded election).";
+const SHARD_MOVES_HELP: &str = "Shard terms this replica has ended, by reason.";
 const REDIS_ERRORS_HELP: &str = "Failed Redis calls, by kind.";
 const HTTP_REFUSED_HELP: &str = "HTTP connections closed at once: publish.max_connections reached.";
 const EVICTION_RISK_HELP: &str =
@@ -72,6 +75,8 @@ pub(crate) struct Metrics {
     /// Where `messages_dropped` is read from at each scrape (the lease's listeners).
     dropped_source: std::sync::OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>,
     identity_conflict: IntGauge,
+    shards_owned: IntGauge,
+    shard_moves: IntCounterVec,
 }
 
 impl Metrics {
@@ -137,6 +142,14 @@ impl Metrics {
             messages_dropped: counter(r, "leaderd_messages_dropped_total", DROPPED_HELP),
             dropped_source: std::sync::OnceLock::new(),
             identity_conflict: int_gauge(r, "leaderd_identity_conflict", IDENTITY_CONFLICT_HELP),
+            shards_owned: int_gauge(r, "leaderd_shards_owned", SHARDS_OWNED_HELP),
+            shard_moves: counters(
+                r,
+                "leaderd_shard_moves_total",
+                SHARD_MOVES_HELP,
+                "reason",
+                &ShardStepDown::ALL.map(ShardStepDown::as_str),
+            ),
             registry,
         };
         for h in ["true", "false"] {
@@ -184,6 +197,17 @@ impl Metrics {
         self.step_downs.with_label_values(&[reason.as_str()]).inc();
     }
 
+    /// How many shards this replica owns now.
+    pub(crate) fn set_shards_owned(&self, owned: usize) {
+        self.shards_owned
+            .set(i64::try_from(owned).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a shard term ended for `reason`.
+    pub(crate) fn shard_moved(&self, reason: ShardStepDown) {
+        self.shard_moves.with_label_values(&[reason.as_str()]).inc();
+    }
+
     /// Counts an HTTP connection closed at once because the connection cap was reached.
     pub(crate) fn http_refused(&self) {
         self.http_refused.inc();
@@ -226,7 +250,7 @@ impl Metrics {
 
     fn set_leadership(&self, snapshot: &Snapshot, now: Instant) {
         let term = snapshot.valid_term(now);
-        let leading = i64::from(term.is_some());
+        let leading = i64::from(snapshot.is_leader_at(now));
         self.is_leader.set(leading);
         self.master_status.set(leading);
         self.healthy.set(i64::from(snapshot.healthy));

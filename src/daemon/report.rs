@@ -13,6 +13,9 @@ use crate::daemon::state::{Phase, Progress, Snapshot, TermView};
 use crate::election::{AcquireResult, Began, ElectionEvents, RenewResult, StepDown};
 use crate::lease::{unix_ms, LeaseError, Observed, Term};
 
+mod shards;
+pub(crate) use shards::ShardReporter;
+
 fn now_ms() -> u64 {
     unix_ms(SystemTime::now())
 }

@@ -2,6 +2,7 @@
 //! outputs, started together and stopped in one order), until shutdown.
 
 mod beside;
+mod sharded;
 
 use std::sync::Arc;
 
@@ -34,6 +35,9 @@ pub(crate) enum DaemonError {
     /// `proxy.listen` cannot be bound (exit 1).
     #[error(transparent)]
     ProxyListen(#[from] crate::daemon::proxy::ProxyError),
+    /// A sharded election needs one Redis (single, Sentinel or Cluster) (exit 2).
+    #[error("election.shards: not supported with redis.mode redlock yet")]
+    ShardsOnRedlock,
 }
 
 /// What the configuration allows but probably did not mean; one line each, naming the key.
@@ -104,6 +108,13 @@ pub(crate) async fn run(
     yields: mpsc::Receiver<()>,
 ) -> Result<i32, DaemonError> {
     let lease = Arc::new(backend(&config)?);
+    if config.election.shards > 0 {
+        let Backend::Redis(client) = &*lease else {
+            return Err(DaemonError::ShardsOnRedlock);
+        };
+        let client = client.for_lease(client.spec().clone());
+        return Ok(sharded::run(lease, client, config, listener, shutdown, yields).await);
+    }
     let proxy = crate::daemon::proxy::bind(&config).await?;
     Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)
 }
@@ -117,7 +128,7 @@ async fn run_with<L: Lease>(
     shutdown: CancellationToken,
     yields: mpsc::Receiver<()>,
 ) -> i32 {
-    let (running, feeds) = Running::start(&lease, &config, listener, proxy, &shutdown);
+    let (running, feeds) = Running::start(&lease, None, &config, listener, proxy, &shutdown);
     let inputs = Inputs {
         shutdown,
         yields,

@@ -49,6 +49,17 @@ pub(crate) struct Snapshot {
     /// Sitting out (after a yield or a lost term): it does not contend, so it is nobody's
     /// successor meanwhile.
     pub sitting_out: bool,
+    /// In a sharded election (README, "Shards"): how many shards, and those owned.
+    pub shards: Option<ShardsView>,
+}
+
+/// The shards of a sharded election as this replica sees them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ShardsView {
+    /// How many shards the election has.
+    pub count: u32,
+    /// The shards owned, in order.
+    pub owned: Vec<crate::shard::OwnedShard>,
 }
 
 impl Snapshot {
@@ -64,6 +75,7 @@ impl Snapshot {
             leader_address: None,
             priority: 0,
             sitting_out: false,
+            shards: None,
         }
     }
 
@@ -85,9 +97,16 @@ impl Snapshot {
         }
     }
 
-    /// True when this replica may claim leadership at `now`.
+    /// The shards this replica may claim at `now`: those owned, each only while still valid.
+    pub(crate) fn valid_shards(&self, now: Instant) -> Vec<&crate::shard::OwnedShard> {
+        let owned = self.shards.iter().flat_map(|s| &s.owned);
+        owned.filter(|o| now < o.valid_until).collect()
+    }
+
+    /// True when this replica may claim leadership at `now` (in a sharded election: while it
+    /// owns a shard with a valid lease).
     pub(crate) fn is_leader_at(&self, now: Instant) -> bool {
-        self.valid_term(now).is_some()
+        self.valid_term(now).is_some() || !self.valid_shards(now).is_empty()
     }
 }
 

@@ -13,7 +13,7 @@ use super::{ElectionEvents, Inputs, LeaderWork, Policy, RenewResult, StepDown, T
 use crate::lease::{HandoverRequest, Lease, LeaseError, Reservation, Term};
 
 /// How long a reserved release holds the lease for the successor: `min(retry_period, 1s)`.
-fn handover_window(t: &Timing) -> Duration {
+pub(crate) fn handover_window(t: &Timing) -> Duration {
     t.retry_period.min(Duration::from_secs(1))
 }
 

@@ -9,12 +9,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::events::NoEvents;
 use super::members::Members;
-use super::{Assignment, ShardRenewal, ShardTerm};
+use super::{Assignment, ShardEvents, ShardRenewal, ShardStepDown, ShardTerm};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient, Observed};
 use crate::lease::{Announcement, LeaseError, Reservation};
 
@@ -105,6 +106,12 @@ pub struct ShardElector {
     started_at_ms: u64,
     /// The shards must be read again: the assignment changed, or a message came.
     read_due: bool,
+    events: Arc<dyn ShardEvents>,
+    /// The health verdict (healthy when not given); unhealthy, it is not a member.
+    healthy: Option<watch::Receiver<bool>>,
+    /// Each message: hand every shard over and sit out one `lease_duration`.
+    yields: Option<mpsc::Receiver<()>>,
+    sit_out_until: Option<Instant>,
 }
 
 impl ShardElector {
@@ -121,7 +128,31 @@ impl ShardElector {
             vacant_since: HashMap::new(),
             started_at_ms: unix_ms(SystemTime::now()),
             read_due: true,
+            events: Arc::new(NoEvents),
+            healthy: None,
+            yields: None,
+            sit_out_until: None,
         }
+    }
+
+    /// The same elector, telling `events` of every shard's term.
+    pub fn with_events(mut self, events: Arc<dyn ShardEvents>) -> ShardElector {
+        self.events = events;
+        self
+    }
+
+    /// The same elector, a member only while `healthy` says true: unhealthy, it hands every
+    /// shard over (reason `yield`) and takes none.
+    pub fn with_health(mut self, healthy: watch::Receiver<bool>) -> ShardElector {
+        self.healthy = Some(healthy);
+        self
+    }
+
+    /// The same elector, yielding at each message of `yields` (SIGUSR1): every shard handed
+    /// over (reason `yield`), then no shard taken for one `lease_duration`.
+    pub fn with_yields(mut self, yields: mpsc::Receiver<()>) -> ShardElector {
+        self.yields = Some(yields);
+        self
     }
 
     /// The shards owned, in order, with their fences and validities: a shard leaves the list
@@ -148,12 +179,21 @@ impl ShardElector {
                 self.renew().await;
                 next_renew = now + self.policy.retry_period;
             }
-            self.hand_over().await;
-            if self.read_due || Instant::now() >= next_read {
-                next_read = self.contend().await;
+            if self.out() {
+                self.step_aside().await;
+            } else {
+                self.hand_over().await;
+                if self.read_due || Instant::now() >= next_read {
+                    next_read = self.contend().await;
+                }
             }
+            self.events.attempted();
             let deadline = self.held.iter().map(|h| self.deadline(h)).min();
-            let wake = deadline.map_or(next_renew, |d| d.min(next_renew));
+            let mut wake = deadline.map_or(next_renew, |d| d.min(next_renew));
+            if let Some(until) = self.sit_out_until {
+                wake = wake.min(until);
+            }
+            let was_out = self.out();
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep_until(wake.min(next_beat).min(next_read)) => {}
@@ -161,10 +201,40 @@ impl ShardElector {
                 heard = releases.changed() => {
                     self.read_due |= !matches!(heard, Some(Announcement::Acquired { .. }));
                 }
+                asked = next_yield(&mut self.yields) => {
+                    if asked {
+                        self.sit_out_until = Some(Instant::now() + self.policy.lease_duration);
+                    } else {
+                        self.yields = None;
+                    }
+                }
+                alive = health_changed(&mut self.healthy) => {
+                    if !alive {
+                        self.healthy = None;
+                    }
+                }
+            }
+            if self.out() != was_out {
+                next_beat = Instant::now(); // the registry says so at once
+                self.read_due = true;
             }
         }
         self.leave().await;
         guard.abort();
+    }
+
+    /// What Redis answered; an error is told to the events.
+    fn answered<T>(&self, reply: Result<T, LeaseError>) -> Option<T> {
+        reply.map_err(|err| self.events.redis_failed(&err)).ok()
+    }
+
+    /// Not a member now: unhealthy, or sitting out after a yield.
+    fn out(&mut self) -> bool {
+        if self.sit_out_until.is_some_and(|t| Instant::now() >= t) {
+            self.sit_out_until = None;
+        }
+        let unhealthy = self.healthy.as_ref().is_some_and(|h| !*h.borrow());
+        unhealthy || self.sit_out_until.is_some()
     }
 
     fn me(&self) -> &str {
@@ -181,13 +251,15 @@ impl ShardElector {
         (held.term.last_sent + self.policy.renew_deadline).min(held.term.valid_until)
     }
 
+    /// A held shard as published, leaving the list at its deadline.
+    fn owned_of(&self, held: &ShardTerm) -> OwnedShard {
+        OwnedShard::of(held, self.deadline(held))
+    }
+
     /// Publishes the held shards whose deadline has not passed.
     fn publish(&self) {
         let now = Instant::now();
-        let listed = self
-            .held
-            .iter()
-            .map(|h| OwnedShard::of(h, self.deadline(h)));
+        let listed = self.held.iter().map(|h| self.owned_of(h));
         let mut owned: Vec<OwnedShard> = listed.filter(|o| o.step_down_at > now).collect();
         owned.sort_by_key(|o| o.shard);
         self.owned.send_replace(owned);
@@ -204,8 +276,8 @@ impl ShardElector {
                 "leader"
             }
             .into(),
-            healthy: true,
-            contending: true,
+            healthy: self.healthy.as_ref().is_none_or(|h| *h.borrow()),
+            contending: self.sit_out_until.is_none(),
             priority: 0,
             address: None,
             version: env!("CARGO_PKG_VERSION").into(),
@@ -214,16 +286,14 @@ impl ShardElector {
             seen_at_ms: 0,
         };
         let budget = self.budget();
-        let Ok(roster) = self
-            .client
-            .heartbeat(Heartbeat::Write(&entry), budget)
-            .await
-        else {
+        let beat = self.client.heartbeat(Heartbeat::Write(&entry), budget);
+        let Some(roster) = self.answered(beat.await) else {
             return;
         };
         let window = self.policy.lease_duration.as_millis() as u64 / 2;
         let since = roster.now_ms.saturating_sub(window);
-        let Ok(fresh) = self.client.candidates_seen_since(since, budget).await else {
+        let read = self.client.candidates_seen_since(since, budget).await;
+        let Some(fresh) = self.answered(read) else {
             return;
         };
         let members = self.members.update(&roster, &fresh);
@@ -240,41 +310,72 @@ impl ShardElector {
         }
         let budget = self.budget();
         let deadlines: Vec<Instant> = self.held.iter().map(|h| self.deadline(h)).collect();
-        let Ok(results) = self.client.renew_shards(&mut self.held, budget).await else {
+        let renewed = self.client.renew_shards(&mut self.held, budget).await;
+        let Some(results) = self.answered(renewed) else {
             return; // each shard keeps its own deadline
         };
         // A renew answered after a shard's deadline does not bring it back: it was
         // stepped down then (`step_down_on_time`); its term ends here and is released.
         let now = Instant::now();
-        let mut late = Vec::new();
+        let (mut kept, mut lost, mut late) = (Vec::new(), Vec::new(), Vec::new());
         let renewed = std::mem::take(&mut self.held).into_iter().zip(results);
         for ((held, result), deadline) in renewed.zip(deadlines) {
             match result {
-                ShardRenewal::Renewed if deadline > now => self.held.push(held),
+                ShardRenewal::Renewed if deadline > now => kept.push(held),
                 ShardRenewal::Renewed => late.push(held),
-                ShardRenewal::Lost => {}
+                _ => lost.push(held),
             }
         }
+        self.held = kept;
         self.publish();
+        for held in &self.held {
+            self.events.renewed(&self.owned_of(held));
+        }
+        self.ended(&lost, ShardStepDown::Lost);
+        self.ended(&late, ShardStepDown::Deadline);
         for held in &late {
             let _ = self.release(held, None).await;
         }
     }
 
-    /// Steps down every shard whose renew deadline has passed (published), then tries to
-    /// release each (it may still be this term's in Redis).
+    /// Tells of each term of `ended` that it ended for `reason`.
+    fn ended(&self, ended: &[ShardTerm], reason: ShardStepDown) {
+        for held in ended {
+            self.events.stepped_down(&self.owned_of(held), reason);
+        }
+    }
+
+    /// Tells of each shard of `ended` that it ended for `reason` (so the work of all of them
+    /// stops at once), then, as each one's work has stopped, releases it reserved for its
+    /// target.
+    async fn end_and_release(&self, ended: &[(ShardTerm, Option<String>)], reason: ShardStepDown) {
+        for (held, _) in ended {
+            self.events.stepped_down(&self.owned_of(held), reason);
+        }
+        for (held, to) in ended {
+            self.events.work_stopped(&self.owned_of(held)).await;
+            let _ = self.release(held, to.as_deref()).await;
+        }
+    }
+
+    /// Steps down every shard whose renew deadline has passed (published, told), then tries
+    /// to release each (it may still be this term's in Redis).
     async fn step_down_late(&mut self) {
         let now = Instant::now();
-        let (late, kept): (Vec<ShardTerm>, Vec<ShardTerm>) = std::mem::take(&mut self.held)
+        let before = self.held.len();
+        let deadlines: Vec<Instant> = self.held.iter().map(|h| self.deadline(h)).collect();
+        let (kept, late): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
             .into_iter()
-            .partition(|h| self.deadline(h) <= now);
-        self.held = kept;
-        if late.is_empty() {
-            return;
-        }
-        self.publish();
-        for h in &late {
-            let _ = self.release(h, None).await;
+            .zip(deadlines)
+            .partition(|(_, d)| *d > now);
+        self.held = kept.into_iter().map(|(h, _)| h).collect();
+        if self.held.len() != before {
+            self.publish();
+            let late: Vec<ShardTerm> = late.into_iter().map(|(h, _)| h).collect();
+            self.ended(&late, ShardStepDown::Deadline);
+            for h in &late {
+                let _ = self.release(h, None).await;
+            }
         }
     }
 
@@ -294,9 +395,9 @@ impl ShardElector {
         self.held
             .retain(|h| !moving.iter().any(|(m, _)| m.shard == h.shard));
         self.publish();
-        for (held, target) in moving {
-            let _ = self.release(&held, Some(&target)).await;
-        }
+        let moving: Vec<_> = moving.into_iter().map(|(h, t)| (h, Some(t))).collect();
+        self.end_and_release(&moving, ShardStepDown::Rebalance)
+            .await;
     }
 
     /// The held shards whose target is another member, settled for a heartbeat period.
@@ -334,12 +435,14 @@ impl ShardElector {
         let (shards, budget) = (self.policy.shards, self.budget());
         self.read_due = false;
         let sent = Instant::now();
-        let Ok(seen) = self.client.read_shards(shards, budget).await else {
+        let read = self.client.read_shards(shards, budget).await;
+        let Some(seen) = self.answered(read) else {
             return sent + self.policy.retry_period;
         };
         let now = Instant::now();
         let mut next = now + self.policy.lease_duration;
         let mut granted = false;
+        let mut fresh = Vec::new();
         for (shard, seen) in (0..shards).zip(seen) {
             if self.held.iter().any(|h| h.shard == shard) {
                 continue;
@@ -368,6 +471,7 @@ impl ShardElector {
             {
                 self.vacant_since.remove(&shard);
                 self.held.push(ShardTerm { shard, term });
+                fresh.push(shard);
                 granted = true;
             } else {
                 next = next.min(free_at);
@@ -375,6 +479,9 @@ impl ShardElector {
         }
         if granted {
             self.publish();
+            for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
+                self.events.acquired(&self.owned_of(held));
+            }
         }
         next
     }
@@ -387,17 +494,60 @@ impl ShardElector {
         self.publish();
         let budget = self.budget();
         let _ = self.client.heartbeat(Heartbeat::Remove, budget).await;
-        let me = self.me().to_owned();
+        let ended = self.with_next_targets(held);
+        self.end_and_release(&ended, ShardStepDown::Shutdown).await;
+    }
+
+    /// Out (unhealthy or sitting out): every held shard stepped down (published), the
+    /// registry told at once, then each released reserved for its target without this replica.
+    async fn step_aside(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        self.publish();
+        self.read_members().await;
+        let ended = self.with_next_targets(held);
+        self.end_and_release(&ended, ShardStepDown::Yield).await;
+    }
+
+    /// Each of `held` with its target in the assignment without this replica.
+    fn with_next_targets(&self, held: Vec<ShardTerm>) -> Vec<(ShardTerm, Option<String>)> {
+        let next = self.without_me();
+        let with_target = |h: ShardTerm| {
+            let to = next.target(h.shard).map(str::to_owned);
+            (h, to)
+        };
+        held.into_iter().map(with_target).collect()
+    }
+
+    /// The assignment of the last members read, without this replica.
+    fn without_me(&self) -> Assignment {
+        let me = self.me();
         let others: Vec<&String> = self
             .assignment
             .members()
             .iter()
-            .filter(|m| **m != me)
+            .filter(|m| m.as_str() != me)
             .collect();
         let (name, p) = (&self.client.spec().name, &self.policy);
-        let next = Assignment::compute(name, p.shards, &others, p.max_shards_per_replica);
-        for h in &held {
-            let _ = self.release(h, next.target(h.shard)).await;
-        }
+        Assignment::compute(name, p.shards, &others, p.max_shards_per_replica)
+    }
+}
+
+/// The next yield asked for: true, or false once nobody can ask any more (never without a
+/// channel).
+async fn next_yield(yields: &mut Option<mpsc::Receiver<()>>) -> bool {
+    match yields {
+        Some(rx) => rx.recv().await.is_some(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The next change of health: true, or false once the checks have ended (never without).
+async fn health_changed(healthy: &mut Option<watch::Receiver<bool>>) -> bool {
+    match healthy {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
     }
 }

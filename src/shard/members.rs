@@ -50,6 +50,22 @@ fn is_member(c: &Candidate) -> bool {
     c.healthy && c.contending && c.state != "stopping"
 }
 
+#[cfg(feature = "daemon")]
+/// The members as Redis says now (the registry read, then its index for who is fresh within
+/// `lease_duration / 2`), for a reader that is not an elector (`leaderd status`, `GET /shards`).
+pub(crate) async fn read_now(
+    client: &crate::lease::LeaseClient,
+    lease_duration: Duration,
+    budget: Duration,
+) -> Result<Vec<String>, crate::lease::LeaseError> {
+    use crate::lease::{Heartbeat, Lease};
+    let roster = client.heartbeat(Heartbeat::Read, budget).await?;
+    let window = lease_duration.as_millis() as u64 / 2;
+    let since = roster.now_ms.saturating_sub(window);
+    let fresh = client.candidates_seen_since(since, budget).await?;
+    Ok(Members::default().update(&roster, &fresh))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,6 +48,9 @@ pub(super) fn handover(
         Ok(config) => config,
         Err(code) => return code,
     };
+    if config.election.shards > 0 {
+        return usage(&format!("handover: {} has election.shards ({}): the assignment decides who owns each shard (to drain a replica, send it SIGUSR1 or stop it)", config.name, config.election.shards));
+    }
     let timeout = match timeout
         .as_deref()
         .map(crate::daemon::config::parse_duration)

@@ -2,6 +2,7 @@
 //! and printed as text or one JSON document; exit 0 when held, 3 otherwise, 1 when Redis
 //! cannot be read (`--watch` is in `watch`).
 
+mod sharded;
 mod watch;
 
 use super::{load, one_shot_budget, runtime, EXIT_FAILURE, EXIT_USAGE, EXIT_VACANT};
@@ -22,10 +23,21 @@ pub(super) fn status(overrides: &Overrides, json: bool, watch: bool) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if watch && config.election.shards > 0 {
+        eprintln!("leaderd: status --watch: not supported with election.shards yet (run status, or read GET /shards)");
+        return EXIT_USAGE;
+    }
     if watch {
         return watch::run(&config, lease, json);
     }
     let budget = one_shot_budget(&lease, &config);
+    if config.election.shards > 0 {
+        let read = sharded::status(&lease, &config, json, budget);
+        return runtime().block_on(read).unwrap_or_else(|err| {
+            print_status_error(&config.name, &err, json);
+            EXIT_FAILURE
+        });
+    }
     match runtime().block_on(read_status(&lease, budget)) {
         Ok((seen, candidates)) => print_status(&config.name, &seen, json, &candidates),
         Err(err) => {

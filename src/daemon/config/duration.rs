@@ -24,7 +24,7 @@ const UNITS: [(&str, u128); 6] = [
 ///
 /// A [`DurationError`] (it quotes the input and says what is allowed) when the text is
 /// empty, negative, lacks a unit, uses an unknown unit or is too large.
-pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let text = s.trim();
     let fail = |problem: DurationProblem| DurationError {
         text: s.to_string(),
@@ -101,7 +101,7 @@ fn scale_number(number: &str, scale: u128) -> Result<u128, DurationProblem> {
 
 /// Formats a duration the way [`parse_duration`] reads it (`1m30s`, `250ms`, `1s500ms`,
 /// `0s`), so that the effective configuration printed by `check-config` can be pasted back.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let mut nanos = d.as_nanos();
     if nanos == 0 {
         return "0s".to_string();

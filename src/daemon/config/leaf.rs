@@ -66,6 +66,7 @@ leaves! {
     jitter -> f64 = v::jitter;
     boolean -> bool = v::boolean;
     priority -> u32 = v::priority;
+    shards -> u32 = v::shards;
     connections -> u32 = v::connections;
     http_url -> Option<String> = |s: &str| v::http_url(s).map(Some);
     http_addr -> Option<SocketAddr> = v::http_addr;

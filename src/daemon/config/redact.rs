@@ -17,7 +17,7 @@ impl Config {
     /// The effective configuration as YAML, for `check-config`: every key present
     /// (defaults included), durations written as in the file, the password and any
     /// password inside a URL shown as `<redacted>`.
-    pub fn to_redacted_yaml(&self) -> String {
+    pub(crate) fn to_redacted_yaml(&self) -> String {
         super::yaml::to_text(self)
             .unwrap_or_else(|e| format!("# the configuration cannot be shown: {e}\n"))
     }

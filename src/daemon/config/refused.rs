@@ -7,7 +7,7 @@ use std::fmt;
 /// Why the text of one value was refused. Each says what the value is not and what is
 /// allowed; the reader prefixes the key or flag.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ValueError {
+pub(crate) enum ValueError {
     /// Not of the key's kind at all: `"x" is not a Redis URL (unknown scheme; allowed: ...)`.
     #[error("{value} is not {kind} ({allowed})")]
     NotA {
@@ -58,7 +58,7 @@ pub enum ValueError {
 /// Why a text is not a duration; shown with the text and what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{text:?} is not a duration ({problem}): {ALLOWED_DURATIONS}")]
-pub struct DurationError {
+pub(crate) struct DurationError {
     /// The text as given.
     pub text: String,
     /// What is wrong with it.
@@ -71,7 +71,7 @@ pub(crate) const ALLOWED_DURATIONS: &str =
 
 /// What is wrong with a text that is not a duration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DurationProblem {
+pub(crate) enum DurationProblem {
     /// Nothing was written.
     Empty,
     /// A minus sign.

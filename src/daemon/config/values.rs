@@ -246,6 +246,17 @@ pub(super) fn priority(s: &str) -> Result<u32, ValueError> {
     }
 }
 
+/// `election.shards`: 0 (one lease) or 1..=4096.
+pub(super) fn shards(s: &str) -> Result<u32, ValueError> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if n <= 4096 => Ok(n),
+        _ => Err(ValueError::not_allowed(
+            s,
+            "allowed: 0 (one lease) or a whole number of shards from 1 to 4096",
+        )),
+    }
+}
+
 pub(super) fn boolean(s: &str) -> Result<bool, ValueError> {
     match s {
         "true" => Ok(true),

@@ -15,6 +15,7 @@ fn event(hook: Hook, fence: u64) -> HookEvent {
         leader: None,
         reason: None,
         valid_until_ms: None,
+        shard: None,
     }
 }
 

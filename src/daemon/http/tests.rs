@@ -129,6 +129,7 @@ async fn start(ready_when: ReadyWhen, renew_deadline: Duration, first: Snapshot)
         metrics: metrics.clone(),
         max_connections: 1024,
         candidates: None,
+        shards: None,
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(serve(listener, ctx, shutdown.clone()));

@@ -17,7 +17,7 @@ use crate::daemon::proxy::LocalGate;
 use crate::daemon::report::{Outputs, Reporter};
 use crate::daemon::state::{Progress, Snapshot};
 use crate::daemon::{candidacy, eviction};
-use crate::lease::{Lease, Roster};
+use crate::lease::{Lease, LeaseClient, Roster};
 
 /// What the elector takes from what runs beside it.
 pub(super) struct Feeds {
@@ -46,6 +46,8 @@ pub(super) struct Running {
 /// What each task beside the elector is built from.
 struct Parts<'a, L> {
     lease: &'a Arc<L>,
+    /// A sharded election's client (README, "Shards").
+    sharded: Option<&'a LeaseClient>,
     config: &'a Config,
     state: watch::Receiver<Snapshot>,
     metrics: Arc<Metrics>,
@@ -54,9 +56,11 @@ struct Parts<'a, L> {
 
 impl Running {
     /// Starts everything beside the elector: `listener` serves HTTP and `proxy` the proxy
-    /// when given; after `shutdown` (the signal), the last hooks get less time.
+    /// when given; after `shutdown` (the signal), the last hooks get less time. `sharded`:
+    /// the client of a sharded election, whose elector keeps its own registry entry.
     pub(super) fn start<L: Lease>(
         lease: &Arc<L>,
+        sharded: Option<&LeaseClient>,
         config: &Config,
         listener: Option<TcpListener>,
         proxy: Option<TcpListener>,
@@ -71,6 +75,7 @@ impl Running {
         let (state_tx, state) = watch::channel(first);
         let parts = Parts {
             lease,
+            sharded,
             config,
             state,
             metrics,
@@ -167,6 +172,9 @@ impl<L: Lease> Parts<'_, L> {
             metrics: self.metrics.clone(),
             max_connections: config.publish.max_connections,
             candidates: Some(candidates_reader(self.lease.clone(), config)),
+            shards: self
+                .sharded
+                .map(|c| shards_reader(c.for_lease(c.spec().clone()), config)),
         };
         match crate::daemon::http::serve_apart(listener, ctx, stop.clone()) {
             Ok(served) => Some(Box::pin(served)),
@@ -234,6 +242,9 @@ impl<L: Lease> Parts<'_, L> {
         stop: &CancellationToken,
     ) -> JoinHandle<()> {
         let config = self.config;
+        if self.sharded.is_some() {
+            return tokio::spawn(async {}); // the shard elector keeps the entry
+        }
         let profile = candidacy::Profile {
             identity: config.identity.clone(),
             priority: config.election.priority,
@@ -295,6 +306,25 @@ fn candidates_reader<L: Lease>(
                 .map(|h| h.holder.clone());
             let list = candidacy::listed(&roster, leader.as_deref());
             Ok(serde_json::to_string(&list).unwrap_or_else(|_| "[]".into()))
+        });
+        Box::pin(async move { read.await.unwrap_or(Err(CandidatesError::Stopped)) })
+    })
+}
+
+/// `GET /shards`: every shard read from Redis when asked, within the command timeout.
+fn shards_reader(client: LeaseClient, config: &Config) -> crate::daemon::http::ReadCandidates {
+    use crate::daemon::http::CandidatesError;
+    let (client, config) = (Arc::new(client), Arc::new(config.clone()));
+    let budget = config.redis.command_timeout;
+    let election = tokio::runtime::Handle::current();
+    Arc::new(move || {
+        let (client, config) = (client.clone(), config.clone());
+        let read = election.spawn(async move {
+            let rows = crate::daemon::shards::read(&client, &config, budget);
+            let rows = tokio::time::timeout(3 * budget, rows)
+                .await
+                .map_err(|_| CandidatesError::TimedOut)??;
+            Ok(serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into()))
         });
         Box::pin(async move { read.await.unwrap_or(Err(CandidatesError::Stopped)) })
     })

@@ -13,6 +13,9 @@ impl Snapshot {
     /// The status document as of `now`: a leader whose validity has passed is reported as
     /// `stepping_down`, never as leader, even if the elector has not caught up yet.
     pub(crate) fn document(&self, name: &str, identity: &str, now: Instant) -> StatusDoc {
+        if let Some(shards) = &self.shards {
+            return self.sharded_document(name, identity, shards.count, now);
+        }
         let valid = self.valid_term(now);
         let expired_claim = self.phase == Phase::Leader && valid.is_none();
         let (state, leader, fence, leader_address) = if expired_claim {
@@ -37,8 +40,65 @@ impl Snapshot {
             healthy: self.healthy,
             leader_address,
             priority: self.priority,
+            shards: None,
         }
     }
+
+    /// The document of a sharded election: `leader` while it owns a valid shard, no leader
+    /// or fence of its own, and the valid shards it owns.
+    fn sharded_document(&self, name: &str, identity: &str, count: u32, now: Instant) -> StatusDoc {
+        let owned: Vec<ShardDoc> = self
+            .valid_shards(now)
+            .into_iter()
+            .map(|o| ShardDoc {
+                shard: o.shard,
+                fence: o.fence,
+                acquired_at_ms: unix_ms(o.acquired_at),
+                lease_valid_until_ms: unix_ms(o.valid_until_wall),
+            })
+            .collect();
+        let state = match self.phase {
+            _ if !owned.is_empty() => Phase::Leader,
+            Phase::Leader => Phase::Follower,
+            phase => phase,
+        };
+        StatusDoc {
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            state,
+            is_leader: !owned.is_empty(),
+            leader: None,
+            fence: None,
+            acquired_at: None,
+            acquired_at_ms: None,
+            lease_valid_until: None,
+            lease_valid_until_ms: None,
+            observed_at: rfc3339(self.observed_at),
+            observed_at_ms: unix_ms(self.observed_at),
+            healthy: self.healthy,
+            leader_address: None,
+            priority: self.priority,
+            shards: Some(ShardsDoc { count, owned }),
+        }
+    }
+}
+
+/// The status document's `shards` (README, "Shards").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[allow(missing_docs)]
+pub(crate) struct ShardsDoc {
+    pub count: u32,
+    pub owned: Vec<ShardDoc>,
+}
+
+/// One owned shard in the status document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[allow(missing_docs)]
+pub(crate) struct ShardDoc {
+    pub shard: u32,
+    pub fence: u64,
+    pub acquired_at_ms: u64,
+    pub lease_valid_until_ms: u64,
 }
 
 /// The status document (docs/outputs.md#the-status-document): the leader file and `GET /leader`;
@@ -61,6 +121,8 @@ pub(crate) struct StatusDoc {
     pub healthy: bool,
     pub leader_address: Option<String>,
     pub priority: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardsDoc>,
 }
 
 /// UTC, RFC 3339 with milliseconds.
@@ -91,6 +153,7 @@ mod tests {
             leader_address: None,
             priority: 0,
             sitting_out: false,
+            shards: None,
         }
     }
 

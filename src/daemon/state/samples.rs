@@ -47,6 +47,7 @@ pub(crate) fn leader(valid_for: Duration) -> Snapshot {
         leader_address: None,
         priority: 0,
         sitting_out: false,
+        shards: None,
     }
 }
 
@@ -61,6 +62,7 @@ pub(crate) fn follower() -> Snapshot {
         leader_address: None,
         priority: 0,
         sitting_out: false,
+        shards: None,
     }
 }
 

@@ -433,3 +433,43 @@ fn odd_values_name_the_value_and_what_is_allowed() {
         );
     }
 }
+
+#[test]
+fn shards_are_counted_and_refused_where_not_supported() {
+    let c = ok("name: x\nelection: {shards: 64, max_shards_per_replica: 1}");
+    assert_eq!(
+        (c.election.shards, c.election.max_shards_per_replica),
+        (64, 1)
+    );
+    let c = ok("name: x");
+    assert_eq!(
+        (c.election.shards, c.election.max_shards_per_replica),
+        (0, 0)
+    );
+    one_problem(
+        "name: x\nelection: {shards: 4097}",
+        &["election.shards: \"4097\"", "from 1 to 4096"],
+    );
+    one_problem(
+        "name: x\nelection: {shards: -1}",
+        &["election.shards: \"-1\"", "from 1 to 4096"],
+    );
+    one_problem(
+        "name: x\nelection: {max_shards_per_replica: many}",
+        &["election.max_shards_per_replica: \"many\"", "whole number"],
+    );
+    one_problem(
+        "name: x\nelection: {shards: 8}\nproxy: {listen: 127.0.0.1:7000}",
+        &[
+            "proxy.listen",
+            "election.shards (8)",
+            "the proxy is not shard-aware",
+        ],
+    );
+    one_problem(
+        "name: x\nelection: {shards: 8}\nredis: {mode: redlock, urls: [redis://a, redis://b, redis://c]}",
+        &["election.shards: 8 is not supported with redis.mode redlock"],
+    );
+    // Without shards, the same proxy and mode are fine.
+    ok("name: x\nredis: {mode: redlock, urls: [redis://a, redis://b, redis://c]}");
+}

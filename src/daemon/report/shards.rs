@@ -1,0 +1,169 @@
+//! The events of a sharded election (README, "Shards"): each shard's term published in the
+//! state (`shards.owned`), logged as `acquired` / `renewed` / `stepped_down` with `"shard"`,
+//! counted, and given to the hooks with `LEADERD_SHARD`.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures::future::BoxFuture;
+
+use super::{now_ms, Reporter};
+use crate::daemon::exec::ShardWork;
+use crate::daemon::hooks::HookEvent;
+use crate::daemon::state::{Phase, ShardsView};
+use crate::lease::{unix_ms, LeaseError};
+use crate::shard::{OwnedShard, ShardEvents, ShardStepDown};
+
+/// A [`Reporter`] for a sharded election of `count` shards.
+#[derive(Clone)]
+pub(crate) struct ShardReporter {
+    reporter: Reporter,
+    /// Exec mode: the children of the owned shards.
+    work: Option<Arc<ShardWork>>,
+}
+
+impl ShardReporter {
+    /// Publishes the state of an election of `count` shards, none owned yet.
+    pub(crate) fn new(reporter: Reporter, count: u32) -> ShardReporter {
+        reporter.state.send_modify(|s| {
+            s.shards = Some(ShardsView {
+                count,
+                owned: Vec::new(),
+            });
+        });
+        ShardReporter {
+            reporter,
+            work: None,
+        }
+    }
+
+    /// The same reporter, running one child per owned shard.
+    pub(crate) fn with_work(mut self, work: Arc<ShardWork>) -> ShardReporter {
+        self.work = Some(work);
+        self
+    }
+
+    /// Applies `change` to the owned shards; the phase follows (leader while one is owned).
+    fn owned(&self, change: impl FnOnce(&mut Vec<OwnedShard>)) {
+        let mut count = 0;
+        self.reporter.state.send_modify(|s| {
+            let Some(view) = s.shards.as_mut() else {
+                return;
+            };
+            change(&mut view.owned);
+            view.owned.sort_by_key(|o| o.shard);
+            count = view.owned.len();
+            let phase = if count > 0 {
+                Phase::Leader
+            } else {
+                Phase::Follower
+            };
+            if s.phase != Phase::Stopped && s.phase != phase {
+                s.set_phase(phase);
+            }
+            s.observed_at = SystemTime::now();
+        });
+        self.reporter.metrics.set_shards_owned(count);
+    }
+
+    /// The elector has finished: `stopped`.
+    pub(crate) fn stopped(&self) {
+        self.reporter
+            .state
+            .send_modify(|s| s.set_phase(Phase::Stopped));
+    }
+}
+
+impl ShardEvents for ShardReporter {
+    /// The loop is not stuck (`/healthz`), and has left `starting`.
+    fn attempted(&self) {
+        self.reporter.progress.touch();
+        self.reporter.state.send_if_modified(|s| {
+            let first = s.phase == Phase::Starting;
+            if first {
+                s.set_phase(Phase::Follower);
+            }
+            first
+        });
+    }
+
+    fn redis_failed(&self, err: &LeaseError) {
+        self.reporter.failed(err);
+    }
+
+    fn acquired(&self, o: &OwnedShard) {
+        self.reporter.progress.touch();
+        let fresh = o.clone();
+        self.owned(|owned| {
+            owned.retain(|x| x.shard != fresh.shard);
+            owned.push(fresh);
+        });
+        let valid_until_ms = unix_ms(o.valid_until_wall);
+        tracing::info!(
+            event = "acquired",
+            shard = o.shard,
+            fence = o.fence,
+            acquired_at_ms = unix_ms(o.acquired_at),
+            lease_valid_until_ms = valid_until_ms,
+            "acquired shard {} (fence {})",
+            o.shard,
+            o.fence
+        );
+        if let Some(work) = &self.work {
+            work.start(o);
+        }
+        let me = &self.reporter.identity;
+        let hook = HookEvent::acquired(me, o.fence, valid_until_ms).of_shard(o.shard);
+        self.reporter.hook(hook);
+    }
+
+    fn renewed(&self, o: &OwnedShard) {
+        self.reporter.progress.touch();
+        let fresh = o.clone();
+        self.owned(|owned| {
+            if let Some(x) = owned.iter_mut().find(|x| x.shard == fresh.shard) {
+                *x = fresh;
+            }
+        });
+        if let Some(work) = &self.work {
+            work.extend(o);
+        }
+        tracing::debug!(
+            event = "renewed",
+            shard = o.shard,
+            fence = o.fence,
+            lease_valid_until_ms = unix_ms(o.valid_until_wall),
+            "renewed shard {}",
+            o.shard
+        );
+    }
+
+    fn stepped_down(&self, o: &OwnedShard, reason: ShardStepDown) {
+        let (shard, fence) = (o.shard, o.fence);
+        self.owned(|owned| owned.retain(|x| !(x.shard == shard && x.fence == fence)));
+        if let Some(work) = &self.work {
+            work.stop(o);
+        }
+        self.reporter.metrics.shard_moved(reason);
+        tracing::info!(
+            event = "stepped_down",
+            shard,
+            fence,
+            reason = reason.as_str(),
+            acquired_at_ms = unix_ms(o.acquired_at),
+            lease_valid_until_ms = unix_ms(o.valid_until_wall),
+            ended_at_ms = now_ms(),
+            "stepped down from shard {shard} ({})",
+            reason.as_str()
+        );
+        let hook = HookEvent::stepped_down(fence, reason.as_str()).of_shard(shard);
+        self.reporter.hook(hook);
+    }
+
+    fn work_stopped(&self, o: &OwnedShard) -> BoxFuture<'static, ()> {
+        match &self.work {
+            Some(work) => work.stopped(o),
+            None => Box::pin(async {}),
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! What a sharded elector tells its user about each shard (README, "Shards"): a term begun,
+//! renewed or ended with its reason, and, before a shard it hands over is released, a wait
+//! until its work has stopped (the stop-before-release order of a single lease).
+
+use futures::future::BoxFuture;
+
+use super::OwnedShard;
+use crate::lease::LeaseError;
+
+/// Why a shard's term ended (the `reason` of `stepped_down`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShardStepDown {
+    /// A renew found the shard no longer this replica's.
+    Lost,
+    /// No renew succeeded within the renew deadline.
+    Deadline,
+    /// Handed to its target in the assignment.
+    Rebalance,
+    /// Unhealthy, or asked to yield: handed to the next target.
+    Yield,
+    /// The elector is shutting down.
+    Shutdown,
+}
+
+impl ShardStepDown {
+    /// Every reason, in the order the metrics list them.
+    pub const ALL: [ShardStepDown; 5] = [
+        ShardStepDown::Lost,
+        ShardStepDown::Deadline,
+        ShardStepDown::Rebalance,
+        ShardStepDown::Yield,
+        ShardStepDown::Shutdown,
+    ];
+
+    /// The label used in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShardStepDown::Lost => "lost",
+            ShardStepDown::Deadline => "deadline",
+            ShardStepDown::Rebalance => "rebalance",
+            ShardStepDown::Yield => "yield",
+            ShardStepDown::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Told of every shard's term as it changes; each call comes after the elector's watch has
+/// been updated. The defaults do nothing.
+pub trait ShardEvents: Send + Sync + 'static {
+    /// A round of the elector's loop has finished (whatever Redis answered): it is not stuck.
+    fn attempted(&self) {}
+    /// A Redis call failed (each shard keeps its own deadline meanwhile).
+    fn redis_failed(&self, _err: &LeaseError) {}
+    /// A shard's term began.
+    fn acquired(&self, _owned: &OwnedShard) {}
+    /// A shard's validity moved forward.
+    fn renewed(&self, _owned: &OwnedShard) {}
+    /// A shard's term ended (it has left the watch already).
+    fn stepped_down(&self, _owned: &OwnedShard, _reason: ShardStepDown) {}
+    /// Resolves once the work for `owned` has stopped; a shard handed over is released only
+    /// then (not awaited for `Lost` and `Deadline`: nothing is released).
+    fn work_stopped(&self, _owned: &OwnedShard) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// No events.
+pub(crate) struct NoEvents;
+
+impl ShardEvents for NoEvents {}

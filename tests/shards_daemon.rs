@@ -1,0 +1,522 @@
+//! `leaderd run` in a sharded election (README, "Shards") against a real redis-server and
+//! real leaderd processes: three replicas and 16 shards settle to exactly the assignment, a
+//! fourth joins and gets its share, SIGTERM moves every shard of the leaver at once, SIGKILL
+//! moves each after its validity; no two claims of one shard overlap in the replicas' logs.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use leaderd::shard::Assignment;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use support::{check_logs, Daemon, DaemonOpts, RedisServer};
+
+const NAME: &str = "sh-daemon";
+const SHARDS: u32 = 16;
+/// How long any settling may take: heartbeats to be seen and settled, then the moves.
+const SETTLE: Duration = Duration::from_secs(15);
+
+fn replica(redis: &RedisServer, id: &str) -> Daemon {
+    let mut opts = DaemonOpts::new(NAME, id, &redis.url());
+    opts.extra_yaml = format!("election:\n  shards: {SHARDS}\n");
+    Daemon::spawn(&opts)
+}
+
+/// One row of `GET /shards`: shard, owner, target.
+type Row = (u64, Option<String>, Option<String>);
+
+/// `GET /shards` of `d`; None when it does not answer 200.
+fn shards(d: &Daemon) -> Option<Vec<Row>> {
+    let (code, body) = d.get("/shards");
+    if code != 200 {
+        return None;
+    }
+    let rows: Vec<Value> = serde_json::from_str(&body).ok()?;
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    let rows = rows.iter().map(|r| {
+        (
+            r["shard"].as_u64().unwrap_or(u64::MAX),
+            text(&r["owner"]),
+            text(&r["target"]),
+        )
+    });
+    Some(rows.collect())
+}
+
+/// The owner of each shard, as `d` reads them now, when every shard is owned.
+fn owners(d: &Daemon) -> Option<BTreeMap<u64, String>> {
+    let rows = shards(d)?;
+    rows.into_iter()
+        .map(|(s, owner, _)| Some((s, owner?)))
+        .collect()
+}
+
+/// Waits until the shards' owners are exactly `expected`'s targets (read from `d`).
+fn settle_to(d: &Daemon, members: &[&str]) -> Assignment {
+    let expected = Assignment::compute(NAME, SHARDS, members, 0);
+    let want: BTreeMap<u64, String> = (0..SHARDS)
+        .map(|s| {
+            (
+                u64::from(s),
+                expected.target(s).expect("a target").to_owned(),
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + SETTLE;
+    let mut last = None;
+    while Instant::now() < deadline {
+        last = owners(d);
+        if last.as_ref() == Some(&want) {
+            return expected;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("not settled to the assignment of {members:?} within {SETTLE:?}: want {want:?}, last {last:?}");
+}
+
+/// The shards `d`'s status document says it owns.
+fn owned_in_doc(d: &Daemon) -> Vec<u64> {
+    let doc = d.status_doc().expect("a status document");
+    let owned = doc["shards"]["owned"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    owned.iter().filter_map(|o| o["shard"].as_u64()).collect()
+}
+
+/// Waits until every shard in `moving` is owned by one of `others` (read from `d`); returns
+/// how long it took.
+fn moved(d: &Daemon, moving: &[u64], others: &[&str], within: Duration) -> Duration {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < within {
+        if let Some(o) = owners(d) {
+            if moving
+                .iter()
+                .all(|s| o.get(s).is_some_and(|id| others.contains(&id.as_str())))
+            {
+                return start.elapsed();
+            }
+            last = Some(o);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("shards {moving:?} not owned by {others:?} within {within:?}: last {last:?}");
+}
+
+#[test]
+fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
+    let redis = RedisServer::start();
+    let mut r: Vec<Daemon> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|id| replica(&redis, id))
+        .collect();
+    let expected = settle_to(&r[0], &["r1", "r2", "r3"]);
+
+    // Each replica publishes what it owns, and leads while it owns a shard.
+    for d in &r {
+        let mine: Vec<u64> = expected
+            .shards_of(d.identity())
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        assert_eq!(owned_in_doc(d), mine, "{}", d.identity());
+        let doc = d.status_doc().expect("doc");
+        assert_eq!(doc["shards"]["count"], SHARDS);
+        assert_eq!(
+            (doc["state"].as_str(), doc["is_leader"].as_bool()),
+            (Some("leader"), Some(true))
+        );
+        assert!(doc["leader"].is_null() && doc["fence"].is_null(), "{doc}");
+        assert_eq!(d.get("/readyz").0, 200);
+        let metrics = d.get("/metrics").1;
+        let line = format!("leaderd_shards_owned{{name=\"{NAME}\"}} {}", mine.len());
+        assert!(metrics.contains(&line), "{line} missing");
+        assert!(metrics.contains(&format!("leaderd_is_leader{{name=\"{NAME}\"}} 1")));
+    }
+    // Any replica's GET /shards gives every shard its target.
+    let rows = shards(&r[1]).expect("GET /shards");
+    assert_eq!(rows.len(), SHARDS as usize);
+    for (s, _, target) in rows {
+        assert_eq!(target.as_deref(), expected.target(s as u32));
+    }
+
+    // `leaderd status`: the count line, then each candidate with what it owns; exit 0.
+    let out = r[0].cli(&["status"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut lines = out.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("{NAME}: 16 shards, 3 owners, 0 unowned").as_str())
+    );
+    for id in ["r1", "r2", "r3"] {
+        let mine: Vec<String> = expected.shards_of(id).iter().map(u32::to_string).collect();
+        let owns = format!("owns {}: {}", mine.len(), mine.join(","));
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("  {id} ")) && l.ends_with(&owns)),
+            "{id} {owns}: {}",
+            out.stdout
+        );
+    }
+    let out = r[0].cli(&["status", "--json"]);
+    let doc: Value = serde_json::from_str(out.stdout.trim()).expect("status --json");
+    assert_eq!(
+        doc["shards"].as_array().map(Vec::len),
+        Some(SHARDS as usize)
+    );
+    let out = r[0].cli(&["status", "--watch"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    // `leaderd handover`: a usage error.
+    let out = r[0].cli(&["handover"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("the assignment decides") && out.stderr.lines().count() == 1,
+        "{out:?}"
+    );
+
+    // A fourth joins and gets its share.
+    r.push(replica(&redis, "r4"));
+    let four = settle_to(&r[0], &["r1", "r2", "r3", "r4"]);
+    assert!(!four.shards_of("r4").is_empty());
+
+    // SIGTERM: every shard of r4 moves at once (well before its lease could expire).
+    let leaving: Vec<u64> = owned_in_doc(&r[3]);
+    assert!(!leaving.is_empty());
+    r[3].signal(Signal::SIGTERM);
+    let took = moved(&r[0], &leaving, &["r1", "r2", "r3"], Duration::from_secs(2));
+    assert!(
+        took < Duration::from_millis(1500),
+        "SIGTERM moves took {took:?}"
+    );
+    assert_eq!(r[3].wait_exit(Duration::from_secs(10)), Some(0));
+
+    // SIGKILL: every shard of r3 is taken again (each after its validity: the checker).
+    settle_to(&r[0], &["r1", "r2", "r3"]);
+    let dead: Vec<u64> = owned_in_doc(&r[2]);
+    r[2].kill();
+    moved(&r[0], &dead, &["r1", "r2"], SETTLE);
+
+    for d in &r[..2] {
+        d.signal(Signal::SIGTERM);
+    }
+    for d in &mut r[..2] {
+        assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    }
+    // Nobody left: every shard unowned, exit 3.
+    let out = r[0].cli(&["status"]);
+    assert_eq!(out.code, Some(3), "{out:?}");
+    assert!(
+        out.stdout
+            .starts_with(&format!("{NAME}: 16 shards, 0 owners, 16 unowned\n")),
+        "{out:?}"
+    );
+
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    let per_shard = terms.iter().filter(|t| t.shard.is_some()).count();
+    // The first terms, r4's share taken and given back, r3's taken again.
+    let least = SHARDS as usize + 2 * leaving.len() + dead.len();
+    assert!(
+        per_shard >= least,
+        "only {per_shard} shard terms, want >= {least}"
+    );
+    let moves: Vec<_> = r[0].events_named("stepped_down");
+    assert!(
+        moves
+            .iter()
+            .all(|e| e["shard"].is_u64() && e["reason"].is_string()),
+        "{moves:?}"
+    );
+}
+
+#[test]
+fn proxy_and_redlock_are_refused_with_shards() {
+    let redis = RedisServer::start();
+    let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
+    opts.extra_yaml = format!("election:\n  shards: {SHARDS}\nproxy:\n  listen: 127.0.0.1:0\n");
+    let mut d = Daemon::spawn(&opts);
+    assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(2));
+    assert!(
+        d.log().contains("the proxy is not shard-aware"),
+        "{}",
+        d.log()
+    );
+}
+
+#[test]
+fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
+    let redis = RedisServer::start();
+    let r: Vec<Daemon> = ["r1", "r2"].iter().map(|id| replica(&redis, id)).collect();
+    settle_to(&r[0], &["r1", "r2"]);
+    let mine = owned_in_doc(&r[0]);
+    assert!(!mine.is_empty());
+    r[0].signal(Signal::SIGUSR1);
+    moved(&r[1], &mine, &["r2"], Duration::from_secs(1));
+    assert!(owned_in_doc(&r[0]).is_empty());
+    let yields = r[0].events_named("stepped_down");
+    let reasons: Vec<_> = yields.iter().map(|e| e["reason"].as_str()).collect();
+    assert_eq!(reasons, vec![Some("yield"); mine.len()]);
+    // Still sitting out well within one lease (2 s), back with its share after it.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(
+        owned_in_doc(&r[0]).is_empty(),
+        "took a shard while sitting out"
+    );
+    settle_to(&r[0], &["r1", "r2"]);
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+}
+
+#[test]
+fn exec_runs_one_child_per_owned_shard_with_its_shard_and_fence() {
+    let redis = RedisServer::start();
+    let out = tempfile::tempdir().expect("temp dir");
+    let dir = out.path().to_str().expect("utf-8").to_owned();
+    let script = r#"echo "$$" > "$OUT/$LEADERD_SHARD.$LEADERD_FENCE"; exec sleep 600"#;
+    let mut r: Vec<Daemon> = ["r1", "r2"]
+        .iter()
+        .map(|id| {
+            let mut opts = DaemonOpts::new(NAME, id, &redis.url());
+            opts.extra_yaml = "election:\n  shards: 4\nexec:\n  grace_period: 300ms\n".into();
+            opts.exec = vec!["sh".into(), "-c".into(), script.into()];
+            opts.env = vec![("OUT".into(), dir.clone())];
+            Daemon::spawn(&opts)
+        })
+        .collect();
+    let expected = Assignment::compute(NAME, 4, &["r1", "r2"], 0);
+    // Each replica's owned shards, with their fences, once settled.
+    let deadline = Instant::now() + SETTLE;
+    let owned = loop {
+        let owned: Vec<(u64, u64)> = r
+            .iter()
+            .flat_map(|d| {
+                let doc = d.status_doc().unwrap_or_default();
+                let list = doc["shards"]["owned"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                list.iter()
+                    .map(|o| {
+                        (
+                            o["shard"].as_u64().unwrap_or(99),
+                            o["fence"].as_u64().unwrap_or(0),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mine = |d: &Daemon| {
+            owned_in_doc(d)
+                == expected
+                    .shards_of(d.identity())
+                    .into_iter()
+                    .map(u64::from)
+                    .collect::<Vec<_>>()
+        };
+        let files = owned
+            .iter()
+            .all(|(s, f)| out.path().join(format!("{s}.{f}")).exists());
+        if owned.len() == 4 && r.iter().all(mine) && files {
+            break owned;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled with a child per shard: {owned:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // One child per shard, each started with its shard and that shard's fence.
+    let pids: Vec<i32> = owned
+        .iter()
+        .map(|(s, f)| {
+            let text =
+                std::fs::read_to_string(out.path().join(format!("{s}.{f}"))).expect("child file");
+            text.trim().parse().expect("a pid")
+        })
+        .collect();
+    let alive = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+    // Each child's start is logged with its shard's fence.
+    let started: Vec<u64> = r
+        .iter()
+        .flat_map(|d| d.events_named("child_started"))
+        .filter_map(|e| e["fence"].as_u64())
+        .collect();
+    assert!(
+        owned.iter().all(|(_, f)| started.contains(f)),
+        "{started:?} {owned:?}"
+    );
+    assert!(pids.iter().all(|p| alive(*p)), "a child is not running");
+    // SIGKILL of r1: each of its children is killed by its own keeper at once.
+    let doomed: Vec<i32> = owned
+        .iter()
+        .zip(&pids)
+        .filter(|((s, _), _)| expected.target(*s as u32) == Some("r1"))
+        .map(|(_, p)| *p)
+        .collect();
+    assert!(!doomed.is_empty());
+    r[0].kill();
+    let killed_at = Instant::now();
+    while doomed.iter().any(|p| alive(*p)) {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(1),
+            "a child of r1 outlived it by 1s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // r2 takes them after their validity, each with a child of its own.
+    moved(&r[1], &doomed_shards(&owned, &expected), &["r2"], SETTLE);
+    let children = || std::fs::read_dir(out.path()).map_or(0, Iterator::count);
+    let taken_at = Instant::now();
+    while children() < 4 + doomed.len() {
+        assert!(
+            taken_at.elapsed() < Duration::from_secs(2),
+            "{} children started",
+            children()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SIGTERM: every child is stopped before leaderd exits.
+    r[1].signal(Signal::SIGTERM);
+    assert_eq!(r[1].wait_exit(Duration::from_secs(10)), Some(0));
+    let every: Vec<i32> = std::fs::read_dir(out.path())
+        .expect("read dir")
+        .filter_map(|f| {
+            std::fs::read_to_string(f.ok()?.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(every.len(), 4 + doomed.len());
+    let left: Vec<_> = every.iter().filter(|p| alive(**p)).collect();
+    assert!(
+        left.is_empty(),
+        "children alive after leaderd exited: {left:?}"
+    );
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+}
+
+/// The shards of `owned` whose target is r1.
+fn doomed_shards(owned: &[(u64, u64)], expected: &Assignment) -> Vec<u64> {
+    let r1 = owned
+        .iter()
+        .filter(|(s, _)| expected.target(*s as u32) == Some("r1"));
+    r1.map(|(s, _)| *s).collect()
+}
+
+#[test]
+fn an_unhealthy_replica_hands_its_shards_over_and_takes_them_back_when_healthy() {
+    let redis = RedisServer::start();
+    let flag = tempfile::NamedTempFile::new().expect("health flag");
+    let path = flag.path().to_str().expect("utf-8").to_owned();
+    let mut r = vec![replica(&redis, "r1")];
+    let mut opts = DaemonOpts::new(NAME, "r2", &redis.url());
+    opts.extra_yaml = format!(
+        "election:\n  shards: {SHARDS}\n  health_check:\n    command: [\"test\", \"-f\", \"{path}\"]\n    period: 100ms\n    timeout: 80ms\n    failures: 1\n"
+    );
+    r.push(Daemon::spawn(&opts));
+    settle_to(&r[0], &["r1", "r2"]);
+    let mine = owned_in_doc(&r[1]);
+    assert!(!mine.is_empty());
+    let (_, kept) = flag.keep().expect("keep the flag");
+    std::fs::remove_file(&kept).expect("fail the health check");
+    moved(&r[0], &mine, &["r1"], Duration::from_secs(2));
+    let reasons: Vec<_> = r[1]
+        .events_named("stepped_down")
+        .iter()
+        .map(|e| e["reason"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(reasons, vec![Some("yield".to_owned()); mine.len()]);
+    let doc = r[1].status_doc().expect("doc");
+    assert_eq!(
+        (doc["healthy"].as_bool(), doc["is_leader"].as_bool()),
+        (Some(false), Some(false))
+    );
+    std::fs::write(&kept, "").expect("pass the health check");
+    settle_to(&r[0], &["r1", "r2"]);
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    let _ = std::fs::remove_file(&kept);
+}
+
+#[test]
+fn a_replica_that_owns_no_shard_is_a_live_follower() {
+    let redis = RedisServer::start();
+    let out = tempfile::tempdir().expect("temp dir");
+    let hook = r#"["sh", "-c", "echo $LEADERD_SHARD $LEADERD_FENCE > $OUT/$LEADERD_IDENTITY"]"#;
+    let r: Vec<Daemon> = ["r1", "r2"]
+        .iter()
+        .map(|id| {
+            let mut opts = DaemonOpts::new(NAME, id, &redis.url());
+            opts.extra_yaml = format!("election:\n  shards: 1\nhooks:\n  on_acquired: {hook}\n");
+            opts.env = vec![("OUT".into(), out.path().to_str().expect("utf-8").into())];
+            Daemon::spawn(&opts)
+        })
+        .collect();
+    let one = Assignment::compute(NAME, 1, &["r1", "r2"], 0);
+    let idle = r
+        .iter()
+        .find(|d| Some(d.identity()) != one.target(0))
+        .expect("an idle replica");
+    let deadline = Instant::now() + SETTLE;
+    while owners(idle).map(|o| o.get(&0).cloned()) != Some(one.target(0).map(str::to_owned)) {
+        assert!(Instant::now() < deadline, "shard 0 not owned by its target");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Well past renew_deadline (1400ms) with nothing to renew: still making progress.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(idle.get("/healthz").0, 200);
+    assert_eq!(idle.get("/readyz").0, 503);
+    let doc = idle.status_doc().expect("doc");
+    assert_eq!(
+        (doc["state"].as_str(), doc["is_leader"].as_bool()),
+        (Some("follower"), Some(false))
+    );
+    assert_eq!(doc["shards"]["owned"], serde_json::json!([]));
+    // The owner's on_acquired hook ran with its shard and that shard's fence.
+    let owner = r
+        .iter()
+        .find(|d| Some(d.identity()) == one.target(0))
+        .expect("owner");
+    let fence = owner.status_doc().expect("doc")["shards"]["owned"][0]["fence"].as_u64();
+    let ran = std::fs::read_to_string(out.path().join(owner.identity())).unwrap_or_default();
+    assert_eq!(ran.trim(), format!("0 {}", fence.expect("a fence")));
+    assert!(!out.path().join(idle.identity()).exists());
+}
+
+#[test]
+fn on_sigterm_the_children_of_all_shards_stop_at_once() {
+    let redis = RedisServer::start();
+    let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
+    opts.extra_yaml = "election:\n  shards: 4\nexec:\n  grace_period: 300ms\n".into();
+    // Each child takes its whole grace period to stop (SIGKILLed at its end).
+    let script = r#"trap "" TERM; touch "$OUT/$LEADERD_SHARD"; while :; do sleep 0.05; done"#;
+    opts.exec = vec!["sh".into(), "-c".into(), script.into()];
+    let out = tempfile::tempdir().expect("temp dir");
+    opts.env = vec![("OUT".into(), out.path().to_str().expect("utf-8").into())];
+    let mut d = Daemon::spawn(&opts);
+    let deadline = Instant::now() + SETTLE;
+    let owned = |d: &Daemon| d.status_doc().map_or(0, |_| owned_in_doc(d).len());
+    while owned(&d) < 4 || std::fs::read_dir(out.path()).map_or(0, Iterator::count) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "not all 4 shards owned with a child"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let start = Instant::now();
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    // One after another, 4 grace periods would take 1.2 s.
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(900),
+        "SIGTERM to exit took {took:?}"
+    );
+}
