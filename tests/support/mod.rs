@@ -146,24 +146,8 @@ pub fn minimal_acl(user: &str, password: &str, without: &[&str]) -> Vec<String> 
         .collect()
 }
 
-/// The keys of the status document (docs/outputs.md#the-status-document), in its order.
-pub const DOC_KEYS: [&str; 15] = [
-    "name",
-    "identity",
-    "state",
-    "is_leader",
-    "leader",
-    "fence",
-    "acquired_at",
-    "acquired_at_ms",
-    "lease_valid_until",
-    "lease_valid_until_ms",
-    "observed_at",
-    "observed_at_ms",
-    "healthy",
-    "leader_address",
-    "priority",
-];
+mod doc_keys;
+pub use doc_keys::DOC_KEYS;
 
 /// A new random term token (128 bits as 32 hex digits), as the lease makes them.
 pub fn new_token() -> String {

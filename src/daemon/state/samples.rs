@@ -11,24 +11,11 @@ use super::{Phase, Snapshot, TermView};
 pub(crate) const NAME: &str = "orders";
 pub(crate) const ME: &str = "pod-a";
 
-/// The keys of the status document (docs/outputs.md#the-status-document), in its order.
-pub(crate) const DOC_KEYS: [&str; 15] = [
-    "name",
-    "identity",
-    "state",
-    "is_leader",
-    "leader",
-    "fence",
-    "acquired_at",
-    "acquired_at_ms",
-    "lease_valid_until",
-    "lease_valid_until_ms",
-    "observed_at",
-    "observed_at_ms",
-    "healthy",
-    "leader_address",
-    "priority",
-];
+/// The keys of the status document, written once for these tests and the integration tests.
+#[path = "../../../tests/support/doc_keys.rs"]
+#[allow(unreachable_pub)]
+mod doc_keys;
+pub(crate) use doc_keys::DOC_KEYS;
 
 pub(crate) fn leader(valid_for: Duration) -> Snapshot {
     let now = SystemTime::now();
