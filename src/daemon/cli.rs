@@ -250,7 +250,7 @@ fn fail(err: &daemon::DaemonError) -> i32 {
 /// one-shot command connects first (a cluster seed that hangs makes that slower than a call).
 pub(crate) fn one_shot_budget<L: Lease>(lease: &L, config: &Config) -> std::time::Duration {
     let connects = match config.redis.mode {
-        crate::daemon::config::RedisMode::Cluster { .. } => crate::connector::CLUSTER_CONNECTS,
+        crate::daemon::config::ModeName::Cluster => crate::connector::CLUSTER_CONNECTS,
         _ => 1,
     };
     lease.default_budget() + config.redis.connect_timeout * connects

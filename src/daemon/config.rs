@@ -14,10 +14,8 @@
 //! follow from the struct. A key with a flag also gets its field in [`Overrides`] and its
 //! line in [`Overrides::layered`].
 
-mod addrs;
 mod aliases;
 mod check;
-mod defaults;
 mod duration;
 mod expand;
 mod keys;
@@ -27,7 +25,6 @@ mod problems;
 mod programs;
 mod read;
 mod redact;
-mod refused;
 mod rules;
 mod scrub;
 mod spec;
@@ -100,78 +97,6 @@ pub(crate) enum ModeName {
     Cluster,
 }
 
-/// How the lease store is deployed, with the addresses that deployment uses (after
-/// validation: a mode without its addresses, or with another mode's, cannot be built).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RedisMode {
-    /// One server (`redis.url`, default `redis://127.0.0.1:6379/0`).
-    Single {
-        /// `redis.url`.
-        url: String,
-    },
-    /// A master found through the Sentinels by its name.
-    Sentinel {
-        /// `redis.sentinels`.
-        sentinels: Vec<String>,
-        /// `redis.master_name`.
-        master_name: String,
-    },
-    /// Independent servers (an odd number >= 3); a majority holds the lease.
-    Redlock {
-        /// `redis.urls`.
-        urls: Vec<String>,
-    },
-    /// A Redis Cluster, reached through seed nodes.
-    Cluster {
-        /// `redis.urls`.
-        urls: Vec<String>,
-    },
-}
-
-impl RedisMode {
-    /// The `redis.mode` this is.
-    pub(crate) fn name(&self) -> ModeName {
-        match self {
-            RedisMode::Single { .. } => ModeName::Single,
-            RedisMode::Sentinel { .. } => ModeName::Sentinel,
-            RedisMode::Redlock { .. } => ModeName::Redlock,
-            RedisMode::Cluster { .. } => ModeName::Cluster,
-        }
-    }
-
-    /// `redis.url` (mode single).
-    pub(crate) fn url(&self) -> Option<&str> {
-        match self {
-            RedisMode::Single { url } => Some(url),
-            _ => None,
-        }
-    }
-
-    /// `redis.urls` (modes redlock and cluster; empty otherwise).
-    pub(crate) fn urls(&self) -> &[String] {
-        match self {
-            RedisMode::Redlock { urls } | RedisMode::Cluster { urls } => urls,
-            _ => &[],
-        }
-    }
-
-    /// `redis.sentinels` (mode sentinel; empty otherwise).
-    pub(crate) fn sentinels(&self) -> &[String] {
-        match self {
-            RedisMode::Sentinel { sentinels, .. } => sentinels,
-            _ => &[],
-        }
-    }
-
-    /// `redis.master_name` (mode sentinel).
-    pub(crate) fn master_name(&self) -> Option<&str> {
-        match self {
-            RedisMode::Sentinel { master_name, .. } => Some(master_name),
-            _ => None,
-        }
-    }
-}
-
 /// A password: kept out of `Debug` output, logs and the printed configuration (the
 /// library's type, handed to the connector as it is).
 pub(crate) use crate::connector::Secret;
@@ -181,10 +106,21 @@ with_defaults! {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RedisConfig {
-    /// How Redis is deployed (default single), with its addresses (`mode`, `url`, `urls`,
-    /// `sentinels`, `master_name`: keys of `redis` itself, read by `addrs.rs`).
-    #[serde(flatten, skip_deserializing)]
-    pub mode: RedisMode = RedisMode::Single { url: defaults::REDIS_URL.into() },
+    /// How Redis is deployed (default single); each mode reads its own address keys below.
+    #[serde(deserialize_with = "leaf::choice")]
+    pub mode: ModeName = ModeName::Single,
+    /// Mode single: the server (after the check, `redis://127.0.0.1:6379/0` when not given).
+    #[serde(serialize_with = "redact::url", deserialize_with = "leaf::redis_url")]
+    pub url: Option<String> = None,
+    /// Modes redlock (an odd number >= 3 of independent servers) and cluster (seed nodes).
+    #[serde(serialize_with = "redact::urls", deserialize_with = "leaf::redis_urls")]
+    pub urls: Vec<String> = Vec::new(),
+    /// Mode sentinel: the Sentinels' URLs.
+    #[serde(serialize_with = "redact::urls", deserialize_with = "leaf::redis_urls")]
+    pub sentinels: Vec<String> = Vec::new(),
+    /// Mode sentinel: the name of the monitored master.
+    #[serde(deserialize_with = "leaf::some_text")]
+    pub master_name: Option<String> = None,
     /// The Redis ACL user.
     #[serde(deserialize_with = "leaf::some_text")]
     pub username: Option<String> = None,
@@ -639,7 +575,7 @@ pub(crate) fn load_from_str(
 ///
 /// # Errors
 /// What is wrong with it and what is allowed, without the flag's name.
-pub(crate) fn check_identity(identity: &str) -> Result<(), refused::ValueError> {
+pub(crate) fn check_identity(identity: &str) -> Result<(), values::ValueError> {
     values::identity(identity).map(drop)
 }
 
@@ -655,12 +591,7 @@ fn from_text(
     let mut doc = yaml::parse(text, origin)?;
     let mut problems = problems::Problems::default();
     layer::layer(&mut doc, overrides, env, &mut problems);
-    let (mut config, mut problems) = read::document(&doc, problems, |c| {
-        // `redis.mode`'s keys sit beside the section's own (a flattened field): read next.
-        if let Some(redis) = doc.get("redis").filter(|r| r.is_mapping()) {
-            c.redis.mode = addrs::read_mode(redis);
-        }
-    });
+    let (mut config, mut problems) = read::document(&doc, problems);
     check::all(&mut config, &doc, overrides, env, &mut problems);
     let problems = problems.into_lines();
     if problems.is_empty() {

@@ -8,9 +8,12 @@ use std::path::Path;
 use super::problems::Problems;
 use super::programs::{find_program, writers, ProgramError, Writable};
 use super::yaml::Value;
-use super::{not_utf8, rules, values, Config, EnvLookup, Overrides, Secret, TlsConfig};
+use super::{not_utf8, rules, values, Config, EnvLookup, ModeName, Overrides, Secret, TlsConfig};
 
 const PASSWORD_VAR: &str = "LEADERD_REDIS_PASSWORD";
+
+/// `redis.url` in mode single when it is not given.
+const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 
 /// Completes and checks `c`, read from `doc`; problems go to `p`.
 pub(super) fn all(
@@ -21,9 +24,10 @@ pub(super) fn all(
     p: &mut Problems,
 ) {
     name_and_identity(c, p);
+    redis_mode(c, doc, p);
     c.redis.password = password(c.redis.password_file.as_deref(), env, p);
     tls(c, p);
-    rules::replicas_ack(p, c.redis.mode.name(), c.redis.min_replicas_ack);
+    rules::replicas_ack(p, c.redis.mode, c.redis.min_replicas_ack);
     rules::election(p, &c.election);
     let path_var = env("PATH").unwrap_or_default();
     let programs = Programs {
@@ -73,6 +77,19 @@ fn commands(c: &Config, from_run: bool, programs: &Programs<'_>, p: &mut Problem
         ("hooks.on_leader_changed", &h.on_leader_changed),
     ] {
         programs.check(p, key, &format!("{key}[0]"), cmd);
+    }
+}
+
+/// The keys each mode needs and allows (the flag or variable named if one gave `url`);
+/// mode single's `url` defaults to [`REDIS_URL`].
+fn redis_mode(c: &mut Config, doc: &Value, p: &mut Problems) {
+    let url = doc.get("redis").and_then(|r| r.get("url"));
+    let label = url
+        .is_some_and(|u| !u.is_null())
+        .then(|| p.label("redis.url"));
+    rules::redis_mode(p, &c.redis, label.as_deref());
+    if c.redis.mode == ModeName::Single {
+        c.redis.url.get_or_insert_with(|| REDIS_URL.into());
     }
 }
 

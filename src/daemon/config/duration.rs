@@ -2,7 +2,11 @@
 
 use std::time::Duration;
 
-use super::refused::{DurationError, DurationProblem};
+use super::values::ValueError;
+
+/// What a duration may be, quoted in every error so the fix is obvious.
+const ALLOWED: &str =
+    "write a number and a unit (ns, us, ms, s, m, h), e.g. 250ms, 2s, 1.5s, 1m30s";
 
 /// Units from the largest down, with their length in nanoseconds.
 const UNITS: [(&str, u128); 6] = [
@@ -22,22 +26,20 @@ const UNITS: [(&str, u128); 6] = [
 ///
 /// # Errors
 ///
-/// A [`DurationError`] (it quotes the input and says what is allowed) when the text is
+/// A [`ValueError`] (it quotes the input and says what is allowed) when the text is
 /// empty, negative, lacks a unit, uses an unknown unit or is too large.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, ValueError> {
     let text = s.trim();
-    let fail = |problem: DurationProblem| DurationError {
-        text: s.to_string(),
-        problem,
-    };
+    let fail =
+        |problem: String| ValueError(format!("{s:?} is not a duration ({problem}): {ALLOWED}"));
     if text == "0" {
         return Ok(Duration::ZERO);
     }
     if text.is_empty() {
-        return Err(fail(DurationProblem::Empty));
+        return Err(fail("empty".into()));
     }
     if text.starts_with('-') {
-        return Err(fail(DurationProblem::Negative));
+        return Err(fail("negative".into()));
     }
     let mut rest = text;
     let mut total: u128 = 0;
@@ -45,15 +47,15 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationError> {
         let (nanos, tail) = parse_part(rest).map_err(fail)?;
         total = total
             .checked_add(nanos)
-            .ok_or(fail(DurationProblem::TooLarge))?;
+            .ok_or_else(|| fail("too large".into()))?;
         rest = tail;
     }
-    let nanos = u64::try_from(total).map_err(|_| fail(DurationProblem::TooLarge))?;
+    let nanos = u64::try_from(total).map_err(|_| fail("too large".into()))?;
     Ok(Duration::from_nanos(nanos))
 }
 
 /// Parses one `<number><unit>` from the front of `s`; returns its nanoseconds and the rest.
-fn parse_part(s: &str) -> Result<(u128, &str), DurationProblem> {
+fn parse_part(s: &str) -> Result<(u128, &str), String> {
     let num_len = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
@@ -63,12 +65,12 @@ fn parse_part(s: &str) -> Result<(u128, &str), DurationProblem> {
         .unwrap_or(tail.len());
     let (unit, rest) = tail.split_at(unit_len);
     if number.is_empty() {
-        return Err(DurationProblem::NoNumber(unit.to_string()));
+        return Err(format!("expected a number before {unit:?}"));
     }
     if unit.is_empty() {
-        return Err(DurationProblem::NoUnit(number.to_string()));
+        return Err(format!("missing unit after {number}"));
     }
-    let scale = unit_nanos(unit).ok_or_else(|| DurationProblem::UnknownUnit(unit.to_string()))?;
+    let scale = unit_nanos(unit).ok_or_else(|| format!("unknown unit {unit:?}"))?;
     Ok((scale_number(number, scale)?, rest))
 }
 
@@ -79,12 +81,12 @@ fn unit_nanos(unit: &str) -> Option<u128> {
 }
 
 /// `number` (digits with at most one `.`) times `scale` nanoseconds, truncated to whole ns.
-fn scale_number(number: &str, scale: u128) -> Result<u128, DurationProblem> {
+fn scale_number(number: &str, scale: u128) -> Result<u128, String> {
     let (int, frac) = number.split_once('.').unwrap_or((number, ""));
     if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
-        return Err(DurationProblem::NotANumber(number.to_string()));
+        return Err(format!("{number:?} is not a number"));
     }
-    let too_large = || DurationProblem::TooLarge;
+    let too_large = || "too large".to_string();
     let int_val: u128 = if int.is_empty() {
         0
     } else {

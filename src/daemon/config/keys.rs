@@ -3,6 +3,7 @@
 use std::sync::OnceLock;
 
 use super::yaml::{self, Value};
+use super::{Config, HealthCheckConfig, TlsConfig};
 
 /// Keys printed by `check-config` that the file cannot set.
 const PRINTED_ONLY: &[&str] = &["redis.password"];
@@ -21,7 +22,11 @@ fn schema() -> &'static Schema {
             sections: Vec::new(),
             order: Vec::new(),
         };
-        let shape = yaml::to_value(&super::Config::shape()).unwrap_or_default();
+        // Every section present, optional ones included: its printed keys are the file's.
+        let mut shape = Config::default();
+        shape.redis.tls = Some(TlsConfig::default());
+        shape.election.health_check = Some(HealthCheckConfig::default());
+        let shape = yaml::to_value(&shape).unwrap_or_default();
         walk("", &shape, &mut out);
         out
     })

@@ -12,8 +12,7 @@ use serde::de::{DeserializeOwned, Deserializer};
 use serde::Deserialize;
 
 use super::read::refuse;
-use super::refused::ValueError;
-use super::values as v;
+use super::values::{self as v, ValueError};
 use super::yaml::{describe, Value};
 
 /// The text of a scalar (numbers and booleans as written).
@@ -61,21 +60,24 @@ leaves! {
     path -> Option<PathBuf> = |s: &str| v::path(s).map(Some);
     duration -> Duration = v::duration;
     positive_duration -> Duration = v::positive_duration;
-    whole -> u32 = v::count(0);
-    at_least_one -> u32 = v::count(1);
+    whole -> u32 = |s: &str| v::whole_in(s, 0..=u32::MAX, WHOLE);
+    at_least_one -> u32 = |s: &str| v::whole_in(s, 1..=u32::MAX, AT_LEAST_ONE);
     jitter -> f64 = v::jitter;
     boolean -> bool = v::boolean;
     priority -> u32 = v::priority;
-    shards -> u32 = v::shards;
-    connections -> u32 = v::connections;
+    shards -> u32 = |s: &str| v::whole_in(s, 0..=4096, "allowed: 0 (one lease) or a whole number of shards from 1 to 4096");
+    connections -> u32 = |s: &str| v::whole_in(s, 1..=65535, "allowed: a whole number from 1 to 65535");
     http_url -> Option<String> = |s: &str| v::http_url(s).map(Some);
-    http_addr -> Option<SocketAddr> = v::http_addr;
-    listen_addr -> Option<SocketAddr> = v::listen_addr;
+    http_addr -> Option<SocketAddr> = |s: &str| v::addr_or_off(s, "allowed: IP:PORT such as 0.0.0.0:9090, 127.0.0.1:0, [::]:9090, or \"\" for no HTTP server");
+    listen_addr -> Option<SocketAddr> = |s: &str| v::addr_or_off(s, "allowed: IP:PORT such as 0.0.0.0:7000, or \"\" for no proxy");
     leader_file -> Option<PathBuf> = v::leader_file;
     host_port -> Option<String> = v::host_port;
     log_level -> String = v::log_level;
     redis_url -> Option<String> = |s: &str| v::redis_url(s).map(Some);
 }
+
+const WHOLE: &str = "allowed: a whole number >= 0 and <= 4294967295";
+const AT_LEAST_ONE: &str = "allowed: a whole number >= 1 and <= 4294967295";
 
 /// One of the names of the enum `T`, case-insensitive.
 pub(super) fn choice<'de, D, T>(d: D) -> Result<T, D::Error>

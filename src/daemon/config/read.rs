@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 
-use serde::de::{self, DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::keys::{is_section, known_keys};
@@ -35,21 +35,13 @@ fn with<T>(f: impl FnOnce(&mut Reading) -> T) -> Option<T> {
 }
 
 /// Reads `doc` into a [`Config`]: refused values go to `problems` and are read as a default.
-/// `then` runs on the result while the reading is under way (for [`part`]).
-pub(super) fn document(
-    doc: &Value,
-    problems: Problems,
-    then: impl FnOnce(&mut Config),
-) -> (Config, Problems) {
+pub(super) fn document(doc: &Value, problems: Problems) -> (Config, Problems) {
     let reading = Reading {
         path: Vec::new(),
         problems,
     };
     READING.with(|r| *r.borrow_mut() = Some(reading));
-    let config = Config::deserialize(Doc::new(doc)).map(|mut c| {
-        then(&mut c);
-        c
-    });
+    let config = Config::deserialize(Doc(doc));
     let mut problems = READING
         .with(|r| r.borrow_mut().take())
         .map(|r| r.problems)
@@ -63,21 +55,9 @@ pub(super) fn document(
 
 type Error = de::value::Error;
 
-/// A value of the document, read where it is; `checked`: its keys were checked already.
+/// A value of the document, read where it is.
 #[derive(Clone, Copy)]
-struct Doc<'a> {
-    value: &'a Value,
-    checked: bool,
-}
-
-impl<'a> Doc<'a> {
-    fn new(value: &'a Value) -> Self {
-        Doc {
-            value,
-            checked: false,
-        }
-    }
-}
+struct Doc<'a>(&'a Value);
 
 static NULL: Value = Value::Null;
 
@@ -85,8 +65,8 @@ impl<'de> Deserializer<'de> for Doc<'_> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Mapping(m) => visitor.visit_map(Entries::new(Some(m), self.checked)),
+        match self.0 {
+            Value::Mapping(m) => visitor.visit_map(Entries::new(Some(m))),
             other => other
                 .clone()
                 .deserialize_any(visitor)
@@ -95,7 +75,7 @@ impl<'de> Deserializer<'de> for Doc<'_> {
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
+        match self.0 {
             Value::Null => visitor.visit_none(),
             _ => visitor.visit_some(self),
         }
@@ -112,7 +92,7 @@ impl<'de> Deserializer<'de> for Doc<'_> {
 
     /// A section: a mapping, or null (all defaults); anything else is a problem.
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        let map = match self.value {
+        let map = match self.0 {
             Value::Mapping(m) => Some(m),
             Value::Null => None,
             other => {
@@ -128,7 +108,7 @@ impl<'de> Deserializer<'de> for Doc<'_> {
                 None
             }
         };
-        visitor.visit_map(Entries::new(map, self.checked))
+        visitor.visit_map(Entries::new(map))
     }
 
     serde::forward_to_deserialize_any! {
@@ -141,18 +121,16 @@ impl<'de> Deserializer<'de> for Doc<'_> {
 /// written with the value null is left out (its default).
 struct Entries<'a> {
     section: Option<String>,
-    checked: bool,
     rest: std::vec::IntoIter<(&'a Value, &'a Value)>,
     value: Option<&'a Value>,
 }
 
 impl<'a> Entries<'a> {
-    fn new(map: Option<&'a Mapping>, checked: bool) -> Self {
+    fn new(map: Option<&'a Mapping>) -> Self {
         let here = with(|r| r.key()).unwrap_or_default();
         let rest: Vec<_> = map.into_iter().flatten().collect();
         Entries {
-            section: (!checked && is_section(&here)).then_some(here),
-            checked,
+            section: is_section(&here).then_some(here),
             rest: rest.into_iter(),
             value: None,
         }
@@ -179,16 +157,13 @@ impl<'de> MapAccess<'de> for Entries<'_> {
             }
             with(|r| r.path.push(name));
             self.value = Some(value);
-            return seed.deserialize(Doc::new(key)).map(Some);
+            return seed.deserialize(Doc(key)).map(Some);
         }
         Ok(None)
     }
 
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, Error> {
-        let out = seed.deserialize(Doc {
-            value: self.value.take().unwrap_or(&NULL),
-            checked: self.checked,
-        });
+        let out = seed.deserialize(Doc(self.value.take().unwrap_or(&NULL)));
         with(|r| r.path.pop());
         out
     }
@@ -208,24 +183,4 @@ pub(super) fn refuse<E: de::Error>(item: &str, item_key: bool, why: String) -> R
         r.problems.problem(&at, line);
     });
     recorded.ok_or_else(|| E::custom(why))
-}
-
-/// Reads the section `key`'s `value` (its keys checked already) as `T`, then runs `then` on
-/// what was read and the problems; a default `T` if it cannot be read at all.
-pub(super) fn part<T: DeserializeOwned + Default>(
-    key: &str,
-    value: &Value,
-    then: impl FnOnce(&T, &mut Problems),
-) -> T {
-    with(|r| r.path.push(key.to_string()));
-    let doc = Doc {
-        value,
-        checked: true,
-    };
-    let read = T::deserialize(doc).unwrap_or_default();
-    with(|r| {
-        r.path.pop();
-        then(&read, &mut r.problems);
-    });
-    read
 }

@@ -6,12 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::ser::{SerializeMap, Serializer};
+use serde::ser::Serializer;
 use serde::Serialize;
 
 use super::duration::format_duration;
 use super::scrub::{scrub, REDACTED};
-use super::{Config, ModeName, RedisMode, Secret};
+use super::{Config, Secret};
 
 impl Config {
     /// The effective configuration as YAML, for `check-config`: every key present
@@ -25,23 +25,14 @@ impl Config {
 
 type Out<S> = Result<<S as Serializer>::Ok, <S as Serializer>::Error>;
 
-/// `redis.mode` with the addresses of every mode (those of the other modes empty).
-impl Serialize for RedisMode {
-    fn serialize<S: Serializer>(&self, s: S) -> Out<S> {
-        let urls = |list: &[String]| list.iter().map(|u| scrub(u)).collect::<Vec<_>>();
-        let mut m = s.serialize_map(Some(5))?;
-        m.serialize_entry::<_, ModeName>("mode", &self.name())?;
-        m.serialize_entry("url", &self.url().map(scrub))?;
-        m.serialize_entry("urls", &urls(self.urls()))?;
-        m.serialize_entry("sentinels", &urls(self.sentinels()))?;
-        m.serialize_entry("master_name", &self.master_name())?;
-        m.end()
-    }
-}
-
 /// A password: `<redacted>` when set.
 pub(super) fn secret<S: Serializer>(p: &Option<Secret>, s: S) -> Out<S> {
     p.as_ref().map(|_| REDACTED).serialize(s)
+}
+
+/// URLs that may hold passwords.
+pub(super) fn urls<S: Serializer>(list: &[String], s: S) -> Out<S> {
+    s.collect_seq(list.iter().map(|u| scrub(u)))
 }
 
 /// A URL that may hold a password.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::duration::format_duration as fmt;
 use super::problems::Problems;
-use super::{Config, ElectionConfig, HealthCheckConfig, ModeName, TlsConfig};
+use super::{values, Config, ElectionConfig, HealthCheckConfig, ModeName, RedisConfig, TlsConfig};
 use crate::connector::ConnectError;
 
 /// `min_replicas_ack` > 0 needs replicas: Redlock's nodes are independent masters.
@@ -15,6 +15,81 @@ pub(super) fn replicas_ack(r: &mut Problems, mode: ModeName, min_replicas_ack: u
     if r.all_valid(&keys) && mode == ModeName::Redlock && min_replicas_ack > 0 {
         let why = ConnectError::ReplicasWithRedlock(min_replicas_ack);
         r.problem("redis.min_replicas_ack", why.to_string());
+    }
+}
+
+/// Which of `url`, `urls`, `sentinels` and `master_name` each mode needs and allows.
+pub(super) fn redis_mode(r: &mut Problems, c: &RedisConfig, url_label: Option<&str>) {
+    if !r.all_valid(&["redis.mode"]) {
+        return;
+    }
+    let mode = values::name_of(c.mode);
+    let single = c.mode == ModeName::Single;
+    let sentinel = c.mode == ModeName::Sentinel;
+    if let (false, Some(label)) = (single, url_label) {
+        let msg = format!(
+            "{label}: only mode single uses a single url; mode {mode} uses {}",
+            uses(c.mode)
+        );
+        r.problem("redis.url", msg);
+    }
+    if !c.urls.is_empty() && matches!(c.mode, ModeName::Single | ModeName::Sentinel) {
+        let msg = format!(
+            "redis.urls: only modes redlock and cluster use urls; mode {mode} uses {}",
+            uses(c.mode)
+        );
+        r.problem("redis.urls", msg);
+    }
+    if !sentinel && (!c.sentinels.is_empty() || c.master_name.is_some()) {
+        let msg = format!(
+            "redis.sentinels, redis.master_name: only mode sentinel uses them; mode {mode} uses {}",
+            uses(c.mode)
+        );
+        r.problem("redis.sentinels", msg);
+    }
+    mode_needs(r, c);
+}
+
+/// What each mode reads its addresses from, for the messages above.
+fn uses(mode: ModeName) -> &'static str {
+    match mode {
+        ModeName::Single => "redis.url",
+        ModeName::Sentinel => "redis.sentinels and redis.master_name",
+        ModeName::Redlock | ModeName::Cluster => "redis.urls",
+    }
+}
+
+/// Every address the mode needs and lacks (a list whose items were rejected still counts).
+fn mode_needs(r: &mut Problems, c: &RedisConfig) {
+    let n = c.urls.len();
+    let mut missing = Vec::new();
+    match c.mode {
+        ModeName::Single => {}
+        ModeName::Sentinel => {
+            if c.sentinels.is_empty() {
+                let why = "mode sentinel needs at least one sentinel URL";
+                missing.push(("redis.sentinels", why.to_string()));
+            }
+            if c.master_name.is_none() {
+                let why = "mode sentinel needs the name of the monitored master";
+                missing.push(("redis.master_name", why.to_string()));
+            }
+        }
+        ModeName::Redlock if n < 3 || n % 2 == 0 => {
+            let why = format!("mode redlock needs an odd number >= 3 of urls (got {n})");
+            missing.push(("redis.urls", why));
+        }
+        ModeName::Redlock => {}
+        ModeName::Cluster if n == 0 => {
+            let why = "mode cluster needs at least one seed node URL";
+            missing.push(("redis.urls", why.to_string()));
+        }
+        ModeName::Cluster => {}
+    }
+    for (key, why) in missing {
+        if r.all_valid(&[key]) {
+            r.problem(key, format!("{key}: {why}"));
+        }
     }
 }
 
@@ -132,7 +207,7 @@ fn shards(r: &mut Problems, c: &Config) {
         let msg = format!("proxy.listen: not allowed with election.shards ({n}): the proxy is not shard-aware (leave proxy.listen out, or set election.shards to 0)");
         r.problem("proxy.listen", msg);
     }
-    if r.all_valid(&["redis.mode"]) && c.redis.mode.name() == ModeName::Redlock {
+    if r.all_valid(&["redis.mode"]) && c.redis.mode == ModeName::Redlock {
         let msg = format!("election.shards: {n} is not supported with redis.mode redlock yet (allowed with shards: single, sentinel or cluster; or set election.shards to 0)");
         r.problem("election.shards", msg);
     }

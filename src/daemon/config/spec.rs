@@ -2,7 +2,7 @@
 //! [`LeaseSpec`] of its election, built in one place for validation, `run`, `status` and
 //! `handover`.
 
-use super::{Config, RedisMode};
+use super::{Config, ModeName};
 use crate::backend::Backend;
 use crate::connector::{ConnectError, RedisSpec, TlsFiles, Topology};
 use crate::lease::LeaseSpec;
@@ -11,17 +11,20 @@ impl Config {
     /// The connection spec of the configuration's `redis` section.
     pub(crate) fn redis_spec(&self) -> RedisSpec {
         let r = &self.redis;
-        let topology = match &r.mode {
-            RedisMode::Single { url } => Topology::Single { url: url.clone() },
-            RedisMode::Sentinel {
-                sentinels,
-                master_name,
-            } => Topology::Sentinel {
-                sentinels: sentinels.clone(),
-                master_name: master_name.clone(),
+        let topology = match r.mode {
+            ModeName::Single => Topology::Single {
+                url: r.url.clone().unwrap_or_default(),
             },
-            RedisMode::Cluster { urls } => Topology::Cluster { urls: urls.clone() },
-            RedisMode::Redlock { urls } => Topology::Redlock { urls: urls.clone() },
+            ModeName::Sentinel => Topology::Sentinel {
+                sentinels: r.sentinels.clone(),
+                master_name: r.master_name.clone().unwrap_or_default(),
+            },
+            ModeName::Cluster => Topology::Cluster {
+                urls: r.urls.clone(),
+            },
+            ModeName::Redlock => Topology::Redlock {
+                urls: r.urls.clone(),
+            },
         };
         let tls = r.tls.as_ref().map_or_else(TlsFiles::default, |t| TlsFiles {
             ca_file: t.ca_file.clone(),

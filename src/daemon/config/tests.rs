@@ -59,12 +59,8 @@ fn defaults_from_a_minimal_file() {
     assert_eq!(c.name, "x");
     assert!(!c.identity.is_empty(), "identity defaults to the host name");
     let r = &c.redis;
-    assert_eq!(
-        r.mode,
-        RedisMode::Single {
-            url: "redis://127.0.0.1:6379/0".into()
-        }
-    );
+    assert_eq!(r.mode, ModeName::Single);
+    assert_eq!(r.url.as_deref(), Some("redis://127.0.0.1:6379/0"));
     assert_eq!(r.username, None);
     assert_eq!((r.password.clone(), r.password_file.clone()), (None, None));
     assert_eq!(r.key_prefix, "leaderd:");
@@ -142,10 +138,10 @@ logging:
   format: JSON
   level: DEBUG
 "#);
-    assert_eq!(c.redis.mode.name(), ModeName::Sentinel);
-    assert_eq!(c.redis.mode.url(), None);
-    assert_eq!(c.redis.mode.sentinels().len(), 2);
-    assert_eq!(c.redis.mode.master_name(), Some("mymaster"));
+    assert_eq!(c.redis.mode, ModeName::Sentinel);
+    assert_eq!(c.redis.url.as_deref(), None);
+    assert_eq!(c.redis.sentinels.len(), 2);
+    assert_eq!(c.redis.master_name.as_deref(), Some("mymaster"));
     assert_eq!(c.redis.min_replicas_ack, 1);
     assert_eq!(c.election.jitter, 0.5);
     assert_eq!(c.election.on_lost, OnLost::Exit);
@@ -241,7 +237,7 @@ fn precedence_is_flag_then_env_then_file() {
         (from_env.name.as_str(), from_env.identity.as_str()),
         ("env", "env-id")
     );
-    assert_eq!(from_env.redis.mode.url(), Some("redis://env:2"));
+    assert_eq!(from_env.redis.url.as_deref(), Some("redis://env:2"));
     assert_eq!(
         from_env.publish.http_addr,
         Some("127.0.0.1:2".parse().unwrap())
@@ -266,7 +262,7 @@ fn precedence_is_flag_then_env_then_file() {
     };
     let c = load_from_str(yaml, &o, &env).unwrap();
     assert_eq!((c.name.as_str(), c.identity.as_str()), ("flag", "flag-id"));
-    assert_eq!(c.redis.mode.url(), Some("redis://flag:3"));
+    assert_eq!(c.redis.url.as_deref(), Some("redis://flag:3"));
     assert_eq!(
         (c.publish.http_addr, c.publish.leader_file),
         (None, Some("/flag".into()))
@@ -366,7 +362,7 @@ fn secrets_are_redacted_everywhere() {
     let env = env_of(&[("LEADERD_REDIS_PASSWORD", "hunter2")]);
     let yaml = "name: x\nredis: {url: 'redis://u:pw1@h:6379/0'}\n";
     let c = load_from_str(yaml, &Overrides::default(), &env).unwrap();
-    assert_eq!(c.redis.mode.url(), Some("redis://u:pw1@h:6379/0"));
+    assert_eq!(c.redis.url.as_deref(), Some("redis://u:pw1@h:6379/0"));
     let out = c.to_redacted_yaml();
     assert!(!out.contains("hunter2") && !out.contains("pw1"), "{out}");
     assert!(out.contains("password: <redacted>"), "{out}");

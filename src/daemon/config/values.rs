@@ -1,7 +1,10 @@
-//! Converters from the text of one value to its typed form. Each error quotes the value
-//! and says what is allowed; the caller prefixes the key or flag.
+//! Converters from the text of one value to its typed form, and [`ValueError`], why one was
+//! refused. Each error quotes the value and says what is allowed; the caller prefixes the
+//! key or flag.
 
+use std::fmt::Display;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,7 +14,24 @@ use serde::de::{value::StrDeserializer, DeserializeOwned};
 use serde::Serialize;
 
 use super::duration::parse_duration;
-use super::refused::ValueError;
+
+/// Why the text of one value was refused: what it is not and what is allowed (the text
+/// after `key: ` in the one line a user reads).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ValueError(pub(super) String);
+
+impl ValueError {
+    /// `value` (quoted) is not of `kind`; `allowed` says why and what is.
+    pub(super) fn not_a(value: &str, kind: &str, allowed: impl Display) -> ValueError {
+        ValueError(format!("{value:?} is not {kind} ({allowed})"))
+    }
+
+    /// `value` (quoted) is not allowed; `allowed` says what is.
+    pub(super) fn not_allowed(value: &str, allowed: impl Display) -> ValueError {
+        ValueError(format!("{value:?} is not allowed ({allowed})"))
+    }
+}
 
 const LOG_LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
 
@@ -72,13 +92,10 @@ pub(super) const MAX_IDENTITY_BYTES: usize = 256;
 /// This replica's identity: 1-256 bytes of UTF-8 text without control characters.
 pub(super) fn identity(s: &str) -> Result<String, ValueError> {
     if s.len() > MAX_IDENTITY_BYTES {
-        Err(ValueError::NotAllowed {
-            value: format!("an identity of {} bytes", s.len()),
-            allowed: format!(
-                "allowed: 1-{MAX_IDENTITY_BYTES} bytes of UTF-8 text without control characters"
-            )
-            .into(),
-        })
+        Err(ValueError(format!(
+            "an identity of {} bytes is not allowed (allowed: 1-{MAX_IDENTITY_BYTES} bytes of UTF-8 text without control characters)",
+            s.len()
+        )))
     } else if s.is_empty() {
         Err(ValueError::not_allowed(
             s,
@@ -161,7 +178,8 @@ pub(super) fn http_url(s: &str) -> Result<String, ValueError> {
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     if authority.contains('@') {
-        return Err(ValueError::UserInfo);
+        let why = "the URL carries user information (user:password@), which leaderd never sends; remove it (allowed: http://host[:port][/path])";
+        return Err(ValueError(why.into()));
     }
     match check_authority(rest) {
         Ok(()) => Ok(s.to_string()),
@@ -204,7 +222,7 @@ fn split_host_port(s: &str) -> Result<(&str, Option<&str>), &'static str> {
 
 /// A duration that may be zero.
 pub(super) fn duration(s: &str) -> Result<Duration, ValueError> {
-    Ok(parse_duration(s)?)
+    parse_duration(s)
 }
 
 /// A duration that must be greater than zero.
@@ -232,28 +250,13 @@ pub(super) fn priority(s: &str) -> Result<u32, ValueError> {
     let digits = s.trim().trim_start_matches(['-', '+']);
     match s.trim().parse::<i64>() {
         Ok(p) if (0..=1000).contains(&p) => Ok(p as u32),
-        Ok(value) => Err(ValueError::OutOfRange {
-            value,
-            allowed: "0..1000",
-        }),
-        Err(_) if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) => {
-            Err(ValueError::TooLarge {
-                value: format!("{s:?}"),
-                allowed: "0..1000",
-            })
-        }
+        Ok(n) => Err(ValueError(format!(
+            "{n} is out of range (allowed: 0..1000)"
+        ))),
+        Err(_) if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) => Err(
+            ValueError(format!("{s:?} is out of range (allowed: 0..1000)")),
+        ),
         Err(_) => Err(ValueError::not_a(s, "an integer", "allowed: 0..1000")),
-    }
-}
-
-/// `election.shards`: 0 (one lease) or 1..=4096.
-pub(super) fn shards(s: &str) -> Result<u32, ValueError> {
-    match s.trim().parse::<u32>() {
-        Ok(n) if n <= 4096 => Ok(n),
-        _ => Err(ValueError::not_allowed(
-            s,
-            "allowed: 0 (one lease) or a whole number of shards from 1 to 4096",
-        )),
     }
 }
 
@@ -265,40 +268,26 @@ pub(super) fn boolean(s: &str) -> Result<bool, ValueError> {
     }
 }
 
-/// A whole number >= `min` (and <= `u32::MAX`).
-pub(super) fn count(min: u32) -> impl Fn(&str) -> Result<u32, ValueError> {
-    move |s| match s.trim().parse::<u32>() {
-        Ok(n) if n >= min => Ok(n),
-        _ => Err(ValueError::not_allowed(
-            s,
-            format!("allowed: a whole number >= {min} and <= {}", u32::MAX),
-        )),
-    }
-}
-
-/// `publish.max_connections`: 1-65535.
-pub(super) fn connections(s: &str) -> Result<u32, ValueError> {
+/// A whole number in `range`; `allowed` says what is allowed when it is not one.
+pub(super) fn whole_in(
+    s: &str,
+    range: RangeInclusive<u32>,
+    allowed: &str,
+) -> Result<u32, ValueError> {
     match s.trim().parse::<u32>() {
-        Ok(n) if (1..=65535).contains(&n) => Ok(n),
-        _ => Err(ValueError::not_allowed(
-            s,
-            "allowed: a whole number from 1 to 65535",
-        )),
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => Err(ValueError::not_allowed(s, allowed)),
     }
 }
 
-/// A listen address; the empty string turns the HTTP server off.
-pub(super) fn http_addr(s: &str) -> Result<Option<SocketAddr>, ValueError> {
+/// A listen address, or "" for none (`allowed` names the use of "").
+pub(super) fn addr_or_off(s: &str, allowed: &str) -> Result<Option<SocketAddr>, ValueError> {
     if s.is_empty() {
         return Ok(None);
     }
-    s.parse().map(Some).map_err(|_| {
-        ValueError::not_a(
-            s,
-            "a listen address",
-            "allowed: IP:PORT such as 0.0.0.0:9090, 127.0.0.1:0, [::]:9090, or \"\" for no HTTP server",
-        )
-    })
+    s.parse()
+        .map(Some)
+        .map_err(|_| ValueError::not_a(s, "a listen address", allowed))
 }
 
 /// A `host:port` to connect to (a name or an IP, and a port 1-65535); "" is None.
@@ -320,20 +309,6 @@ pub(super) fn host_port(s: &str) -> Result<Option<String>, ValueError> {
             "allowed: HOST:PORT such as 10.0.0.5:8080 or db-0.db:5432",
         ))
     }
-}
-
-/// A listen address; the empty string turns the proxy off.
-pub(super) fn listen_addr(s: &str) -> Result<Option<SocketAddr>, ValueError> {
-    if s.is_empty() {
-        return Ok(None);
-    }
-    s.parse().map(Some).map_err(|_| {
-        ValueError::not_a(
-            s,
-            "a listen address",
-            "allowed: IP:PORT such as 0.0.0.0:7000, or \"\" for no proxy",
-        )
-    })
 }
 
 /// A file path; the empty string turns the leader file off.
@@ -445,9 +420,9 @@ mod tests {
 
     #[test]
     fn small_values() {
-        assert_eq!(http_addr(""), Ok(None));
-        assert!(http_addr("[::]:9090").unwrap().is_some());
-        assert!(http_addr("localhost:9090").is_err());
+        assert_eq!(addr_or_off("", ""), Ok(None));
+        assert!(addr_or_off("[::]:9090", "").unwrap().is_some());
+        assert!(addr_or_off("localhost:9090", "").is_err());
         assert_eq!(log_level("WARN"), Ok("warn".into()));
         assert!(log_level("warning").is_err());
         assert!(jitter("nan").is_err());
@@ -456,8 +431,8 @@ mod tests {
         assert!(name(&"a".repeat(201)).is_err());
         assert!(name("a b").is_err());
         assert!(identity("a\tb").is_err());
-        assert!(count(1)("0").is_err());
-        assert!(count(0)("-1").is_err());
+        assert!(whole_in("0", 1..=9, "").is_err());
+        assert!(whole_in("-1", 0..=9, "").is_err());
         use super::super::ModeName;
         assert_eq!(choice("cluster"), Ok(ModeName::Cluster));
         assert_eq!(name_of(ModeName::Sentinel), "sentinel");

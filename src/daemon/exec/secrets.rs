@@ -49,9 +49,8 @@ fn secret_vars_of(
 /// The password and every password written in a Redis URL of `config`.
 fn secrets(config: &Config) -> Vec<String> {
     let r = &config.redis;
-    let m = &r.mode;
-    let listed = m.urls().iter().chain(m.sentinels()).map(String::as_str);
-    let urls = m.url().into_iter().chain(listed);
+    let listed = r.urls.iter().chain(&r.sentinels).map(String::as_str);
+    let urls = r.url.as_deref().into_iter().chain(listed);
     let mut secrets: Vec<String> = urls.filter_map(url_password).collect();
     secrets.extend(r.password.as_ref().map(|p| p.expose().to_string()));
     secrets.retain(|s| !s.is_empty());

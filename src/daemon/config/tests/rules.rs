@@ -119,7 +119,7 @@ fn redis_modes_need_their_addresses() {
         &["redis.urls[1]: \"b:1\" is not a Redis URL"],
     );
     let c = ok("name: x\nredis: {mode: redlock, urls: [redis://a, redis://b, redis://c]}");
-    assert_eq!((c.redis.mode.url(), c.redis.mode.urls().len()), (None, 3));
+    assert_eq!((c.redis.url.as_deref(), c.redis.urls.len()), (None, 3));
 }
 
 #[test]
