@@ -446,63 +446,19 @@ type Layered<'o> = (
 
 impl Overrides {
     /// The keys that flags (and variables) set, over the file's values.
+    #[rustfmt::skip]
     fn layered(&self) -> [Layered<'_>; 10] {
         [
             ("name", "--name", Some("LEADERD_NAME"), &self.name),
-            (
-                "identity",
-                "--identity",
-                Some("LEADERD_IDENTITY"),
-                &self.identity,
-            ),
-            (
-                "redis.url",
-                "--redis-url",
-                Some("LEADERD_REDIS_URL"),
-                &self.redis_url,
-            ),
-            (
-                "election.lease_duration",
-                "--lease-duration",
-                None,
-                &self.lease_duration,
-            ),
-            (
-                "election.renew_deadline",
-                "--renew-deadline",
-                None,
-                &self.renew_deadline,
-            ),
-            (
-                "election.retry_period",
-                "--retry-period",
-                None,
-                &self.retry_period,
-            ),
-            (
-                "publish.http_addr",
-                "--http-addr",
-                Some("LEADERD_HTTP_ADDR"),
-                &self.http_addr,
-            ),
-            (
-                "publish.leader_file",
-                "--leader-file",
-                Some("LEADERD_LEADER_FILE"),
-                &self.leader_file,
-            ),
-            (
-                "logging.format",
-                "--log-format",
-                Some("LEADERD_LOG_FORMAT"),
-                &self.log_format,
-            ),
-            (
-                "logging.level",
-                "--log-level",
-                Some("LEADERD_LOG_LEVEL"),
-                &self.log_level,
-            ),
+            ("identity", "--identity", Some("LEADERD_IDENTITY"), &self.identity),
+            ("redis.url", "--redis-url", Some("LEADERD_REDIS_URL"), &self.redis_url),
+            ("election.lease_duration", "--lease-duration", None, &self.lease_duration),
+            ("election.renew_deadline", "--renew-deadline", None, &self.renew_deadline),
+            ("election.retry_period", "--retry-period", None, &self.retry_period),
+            ("publish.http_addr", "--http-addr", Some("LEADERD_HTTP_ADDR"), &self.http_addr),
+            ("publish.leader_file", "--leader-file", Some("LEADERD_LEADER_FILE"), &self.leader_file),
+            ("logging.format", "--log-format", Some("LEADERD_LOG_FORMAT"), &self.log_format),
+            ("logging.level", "--log-level", Some("LEADERD_LOG_LEVEL"), &self.log_level),
         ]
     }
 }
