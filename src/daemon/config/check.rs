@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::problems::Problems;
-use super::programs::{find_program, writers, ProgramError, Writable};
+use super::programs::{commands, find_program, writers, ProgramError, Writable};
 use super::yaml::Value;
 use super::{not_utf8, rules, values, Config, EnvLookup, ModeName, Overrides, Secret, TlsConfig};
 
@@ -34,49 +34,36 @@ pub(super) fn all(
         path_var: &path_var,
         on_this_host: o.check_programs,
     };
-    health_check(c, &programs, p);
+    health_check(c, p);
     if !o.exec_command.is_empty() {
         c.exec.command = o.exec_command.clone();
     }
-    commands(c, !o.exec_command.is_empty(), &programs, p);
+    self::programs(c, !o.exec_command.is_empty(), &programs, p);
     proxy_upstream(c, doc, p);
     rules::across(p, c);
     rules::redis_client(p, c);
 }
 
-/// The health check's rules and program; None when neither `http_get` nor a command is set.
-fn health_check(c: &mut Config, programs: &Programs<'_>, p: &mut Problems) {
+/// The health check's rules; None when neither `http_get` nor a command is set.
+fn health_check(c: &mut Config, p: &mut Problems) {
     let Some(h) = c.election.health_check.take() else {
         return;
     };
     rules::health_check(p, &h);
-    // A program that cannot be found here is a failing check, not a mistake in the file.
-    let key = "election.health_check.command";
-    let found = h
-        .command
-        .first()
-        .filter(|prog| programs.on_this_host && !prog.is_empty());
-    if let Some(path) = found.and_then(|prog| find_program(prog, programs.path_var).ok()) {
-        refuse_writable(p, key, &format!("{key}[0]"), &path);
-    }
     c.election.health_check = (h.http_get.is_some() || !h.command.is_empty()).then_some(h);
 }
 
-/// The programs of the exec command (`from_run`: given as `run -- COMMAND`) and the hooks.
-fn commands(c: &Config, from_run: bool, programs: &Programs<'_>, p: &mut Problems) {
-    let exec_label = if from_run {
-        "exec.command[0] (run -- COMMAND)"
-    } else {
-        "exec.command[0]"
-    };
-    programs.check(p, "exec.command", exec_label, &c.exec.command);
-    let h = &c.hooks;
-    for (key, cmd) in [
-        ("hooks.on_acquired", &h.on_acquired),
-        ("hooks.on_stepped_down", &h.on_stepped_down),
-        ("hooks.on_leader_changed", &h.on_leader_changed),
-    ] {
-        programs.check(p, key, &format!("{key}[0]"), cmd);
+/// The programs of the commands `c` runs (`from_run`: the exec command was given as
+/// `run -- COMMAND`).
+fn programs(c: &Config, from_run: bool, programs: &Programs<'_>, p: &mut Problems) {
+    for (key, cmd) in commands(c) {
+        let label = match key {
+            "exec.command" if from_run => "exec.command[0] (run -- COMMAND)".to_string(),
+            _ => format!("{key}[0]"),
+        };
+        // A health check's program that cannot be found here is a failing check, not a
+        // mistake in the file.
+        programs.check(p, key, &label, cmd, key != "election.health_check.command");
     }
 }
 
@@ -190,8 +177,9 @@ struct Programs<'a> {
 
 impl Programs<'_> {
     /// A command's first item (shown as `label`) names its program: never "", and on this
-    /// host a program that exists, may be executed and that no other user may change.
-    fn check(&self, p: &mut Problems, key: &str, label: &str, cmd: &[String]) {
+    /// host a program that exists (`must_exist`), may be executed and that no other user
+    /// may change.
+    fn check(&self, p: &mut Problems, key: &str, label: &str, cmd: &[String], must_exist: bool) {
         let Some(program) = cmd.first() else { return };
         let found = if program.is_empty() {
             Err(ProgramError::Empty)
@@ -201,15 +189,14 @@ impl Programs<'_> {
             return;
         };
         match found {
-            Ok(path) => refuse_writable(p, key, label, &path),
-            Err(why) => p.problem(key, format!("{label}: {program:?} {why}")),
+            Ok(path) => {
+                if let Some(why) = writers(&path).into_iter().find(Writable::by_anyone) {
+                    p.problem(key, format!("{label}: {why}"));
+                }
+            }
+            Err(why @ ProgramError::Empty) => p.problem(key, format!("{label}: {program:?} {why}")),
+            Err(why) if must_exist => p.problem(key, format!("{label}: {program:?} {why}")),
+            Err(_) => {}
         }
-    }
-}
-
-/// Refuses the program at `path` (found for `label`) when any user may change it.
-fn refuse_writable(p: &mut Problems, key: &str, label: &str, path: &Path) {
-    if let Some(why) = writers(path).into_iter().find(Writable::by_anyone) {
-        p.problem(key, format!("{label}: {why}"));
     }
 }

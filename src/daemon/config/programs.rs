@@ -101,33 +101,32 @@ fn group(program: &Path, path: &Path, meta: &std::fs::Metadata) -> Writable {
     }
 }
 
-/// The programs `config` runs, each with the key that names it: the hooks, the exec command
-/// and the health check's command.
-pub(crate) fn programs(config: &Config) -> Vec<(String, &str)> {
+/// The commands `config` runs, each with its key: the hooks, the exec command and the
+/// health check's command.
+pub(super) fn commands(config: &Config) -> Vec<(&'static str, &[String])> {
     let h = &config.hooks;
-    let health = config.election.health_check.as_ref();
-    [
+    let mut out: Vec<(_, &[String])> = vec![
         ("hooks.on_acquired", &h.on_acquired),
         ("hooks.on_stepped_down", &h.on_stepped_down),
         ("hooks.on_leader_changed", &h.on_leader_changed),
         ("exec.command", &config.exec.command),
-    ]
-    .into_iter()
-    .chain(health.map(|c| ("election.health_check.command", &c.command)))
-    .filter_map(|(key, cmd)| Some((format!("{key}[0]"), cmd.first()?.as_str())))
-    .collect()
+    ];
+    let health = config.election.health_check.as_ref();
+    out.extend(health.map(|c| ("election.health_check.command", &c.command[..])));
+    out
 }
 
 /// One line per program of `config` that its group may change (the refusals for any user
 /// were made while loading).
 pub(crate) fn group_writable_warnings(config: &Config) -> Vec<String> {
     let path_var = std::env::var("PATH").unwrap_or_default();
-    programs(config)
+    let writable = |(key, cmd): (&str, &[String])| {
+        let found = find_program(cmd.first()?, &path_var).ok()?;
+        Some((format!("{key}[0]"), writers(&found)))
+    };
+    commands(config)
         .into_iter()
-        .filter_map(|(label, program)| {
-            let found = find_program(program, &path_var).ok()?;
-            Some((label, writers(&found)))
-        })
+        .filter_map(writable)
         .flat_map(|(label, found)| {
             found
                 .into_iter()

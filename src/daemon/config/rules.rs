@@ -171,10 +171,6 @@ pub(super) fn health_check(r: &mut Problems, h: &HealthCheckConfig) {
         let msg = "election.health_check: set either http_get or command, not both".to_string();
         r.problem("election.health_check", msg);
     }
-    if h.command.first().is_some_and(String::is_empty) {
-        let msg = "election.health_check.command[0]: \"\" is not allowed (the first item is the program to run)";
-        r.problem("election.health_check.command", msg.to_string());
-    }
 }
 
 /// Rules between sections: `command_timeout < retry_period`, and in exec mode
