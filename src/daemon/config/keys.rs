@@ -100,7 +100,8 @@ pub(super) fn unknown_key_message(path: &str, key: &str) -> String {
 /// The known dotted key nearest to `key` written under `path`: a sibling within a small
 /// edit distance first, else the same or a close name in another section (so a top-level
 /// `lease_duration` suggests `election.lease_duration`), else a sibling that `key` begins
-/// (`redis.password` suggests `redis.password_file`).
+/// (`redis.password` suggests `redis.password_file`). The distance counts insertions,
+/// deletions, substitutions and swaps of two neighbours (`fromat` is 1 from `format`).
 fn suggest(path: &str, key: &str) -> Option<String> {
     let key = key.to_ascii_lowercase();
     let length = key.chars().count();
@@ -111,7 +112,7 @@ fn suggest(path: &str, key: &str) -> Option<String> {
     let mut best: Option<(usize, bool, String)> = None;
     for (section, keys) in &schema().sections {
         for known in keys {
-            let distance = edit_distance(&key, known);
+            let distance = strsim::osa_distance(&key, known);
             let elsewhere = section != path;
             let candidate = (distance, elsewhere, join(section, known));
             if distance <= limit
@@ -134,42 +135,9 @@ fn suggest(path: &str, key: &str) -> Option<String> {
 /// Keys longer than this are not compared (no known key is within reach of them).
 const MAX_COMPARED: usize = 64;
 
-/// The edit distance between `a` and `b` counting insertions, deletions, substitutions and
-/// swaps of two neighbours (optimal string alignment: `fromat` is 1 from `format`).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut before: Vec<usize> = Vec::new();
-    let mut above: Vec<usize> = (0..=b.len()).collect();
-    for i in 1..=a.len() {
-        let mut row = vec![i; b.len() + 1];
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut d = (above[j] + 1).min(row[j - 1] + 1).min(above[j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d = d.min(before[j - 2] + 1);
-            }
-            row[j] = d;
-        }
-        before = std::mem::replace(&mut above, row);
-    }
-    above[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn distance() {
-        assert_eq!(edit_distance("", ""), 0);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("lease_duraton", "lease_duration"), 1);
-        assert_eq!(edit_distance("abc", ""), 3);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("fromat", "format"), 1);
-        assert_eq!(edit_distance("ab", "ba"), 1);
-        assert_eq!(edit_distance("ca", "abc"), 3);
-    }
 
     /// A swap of two letters is one edit, and a sibling the key begins is named.
     #[test]
