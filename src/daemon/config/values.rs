@@ -422,24 +422,12 @@ mod tests {
     fn small_values() {
         assert_eq!(addr_or_off("", ""), Ok(None));
         assert!(addr_or_off("[::]:9090", "").unwrap().is_some());
-        assert!(addr_or_off("localhost:9090", "").is_err());
-        assert_eq!(log_level("WARN"), Ok("warn".into()));
-        assert!(log_level("warning").is_err());
         assert!(jitter("nan").is_err());
         assert!(jitter("-0.1").is_err());
         assert_eq!(jitter("1"), Ok(1.0));
         assert!(name(&"a".repeat(201)).is_err());
-        assert!(name("a b").is_err());
-        assert!(identity("a\tb").is_err());
-        assert!(whole_in("0", 1..=9, "").is_err());
-        assert!(whole_in("-1", 0..=9, "").is_err());
         use super::super::ModeName;
-        assert_eq!(choice("cluster"), Ok(ModeName::Cluster));
         assert_eq!(name_of(ModeName::Sentinel), "sentinel");
         assert_eq!(choice(" Single"), Ok(ModeName::Single));
-        assert!(choice::<ModeName>("solo")
-            .unwrap_err()
-            .to_string()
-            .contains("single, sentinel, redlock, cluster"));
     }
 }

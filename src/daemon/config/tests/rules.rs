@@ -304,10 +304,6 @@ fn independent_problems_are_found_in_one_pass() {
         assert!(line.contains("allowed: redis://"), "{line}");
         assert!(found[1].starts_with("election.jitter:"), "{found:?}");
     }
-    let found = problems("name: x\nredis: {mode: sentinel}");
-    assert_eq!(found.len(), 2, "{found:#?}");
-    assert!(found[0].starts_with("redis.sentinels: mode sentinel needs at least one"));
-    assert!(found[1].starts_with("redis.master_name: mode sentinel needs the name"));
 
     let found = problems("name: x\nredis: {mode: redlock, urls: [redis://a:1, 'http://b']}");
     assert_eq!(found.len(), 2, "{found:#?}");
