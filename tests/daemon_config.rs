@@ -174,9 +174,10 @@ fn missing_file_bad_usage_and_flags() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.yaml");
     let missing = missing.to_str().unwrap();
+    let cannot_read = format!("config file {missing}: cannot read it");
     for command in ["check-config", "run", "status"] {
         let out = cli(&[command, "--config", missing]);
-        assert_one_line_error(&out, &[missing], &format!("{command}: missing file"));
+        assert_one_line_error(&out, &[&cannot_read], &format!("{command}: missing file"));
     }
     // $LEADERD_CONFIG is used when --config is not given.
     let out = run_cli(
