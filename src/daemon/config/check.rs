@@ -29,16 +29,11 @@ pub(super) fn all(
     tls(c, p);
     rules::replicas_ack(p, c.redis.mode, c.redis.min_replicas_ack);
     rules::election(p, &c.election);
-    let path_var = env("PATH").unwrap_or_default();
-    let programs = Programs {
-        path_var: &path_var,
-        on_this_host: o.check_programs,
-    };
     health_check(c, p);
     if !o.exec_command.is_empty() {
         c.exec.command = o.exec_command.clone();
     }
-    self::programs(c, !o.exec_command.is_empty(), &programs, p);
+    programs(c, o, env, p);
     proxy_upstream(c, doc, p);
     rules::across(p, c);
     rules::redis_client(p, c);
@@ -53,17 +48,33 @@ fn health_check(c: &mut Config, p: &mut Problems) {
     c.election.health_check = (h.http_get.is_some() || !h.command.is_empty()).then_some(h);
 }
 
-/// The programs of the commands `c` runs (`from_run`: the exec command was given as
-/// `run -- COMMAND`).
-fn programs(c: &Config, from_run: bool, programs: &Programs<'_>, p: &mut Problems) {
+/// The programs of the commands `c` runs: never "", and with `o.check_programs` one that
+/// exists on this host (`PATH` from `env`), may be executed and that no other user may
+/// change. A health check's program that cannot be found here is a failing check, not a
+/// mistake in the file.
+fn programs(c: &Config, o: &Overrides, env: EnvLookup<'_>, p: &mut Problems) {
+    let path_var = env("PATH").unwrap_or_default();
     for (key, cmd) in commands(c) {
+        let Some(program) = cmd.first() else { continue };
+        if !(o.check_programs || program.is_empty()) {
+            continue;
+        }
         let label = match key {
-            "exec.command" if from_run => "exec.command[0] (run -- COMMAND)".to_string(),
-            _ => format!("{key}[0]"),
+            "exec.command" if !o.exec_command.is_empty() => "exec.command[0] (run -- COMMAND)",
+            _ => &format!("{key}[0]"),
         };
-        // A health check's program that cannot be found here is a failing check, not a
-        // mistake in the file.
-        programs.check(p, key, &label, cmd, key != "election.health_check.command");
+        let must_exist = key != "election.health_check.command";
+        match find_program(program, &path_var) {
+            Ok(path) => {
+                if let Some(why) = writers(&path).into_iter().find(Writable::by_anyone) {
+                    p.problem(key, format!("{label}: {why}"));
+                }
+            }
+            Err(why) if must_exist || matches!(why, ProgramError::Empty) => {
+                p.problem(key, format!("{label}: {program:?} {why}"));
+            }
+            Err(_) => {}
+        }
     }
 }
 
@@ -165,38 +176,5 @@ fn proxy_upstream(c: &mut Config, doc: &Value, p: &mut Problems) {
         let written = if null { "null" } else { "\"\"" };
         let msg = format!("proxy.upstream: {written} is not allowed while proxy.listen is set (write this replica's service, e.g. 127.0.0.1:8080, or leave the key out for that default)");
         p.problem("proxy.upstream", msg);
-    }
-}
-
-/// How the programs of commands are checked.
-struct Programs<'a> {
-    path_var: &'a str,
-    /// Also check that each program can be run here (not for `status` and `handover`).
-    on_this_host: bool,
-}
-
-impl Programs<'_> {
-    /// A command's first item (shown as `label`) names its program: never "", and on this
-    /// host a program that exists (`must_exist`), may be executed and that no other user
-    /// may change.
-    fn check(&self, p: &mut Problems, key: &str, label: &str, cmd: &[String], must_exist: bool) {
-        let Some(program) = cmd.first() else { return };
-        let found = if program.is_empty() {
-            Err(ProgramError::Empty)
-        } else if self.on_this_host {
-            find_program(program, self.path_var)
-        } else {
-            return;
-        };
-        match found {
-            Ok(path) => {
-                if let Some(why) = writers(&path).into_iter().find(Writable::by_anyone) {
-                    p.problem(key, format!("{label}: {why}"));
-                }
-            }
-            Err(why @ ProgramError::Empty) => p.problem(key, format!("{label}: {program:?} {why}")),
-            Err(why) if must_exist => p.problem(key, format!("{label}: {program:?} {why}")),
-            Err(_) => {}
-        }
     }
 }
