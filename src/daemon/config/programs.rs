@@ -214,46 +214,23 @@ mod tests {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
 
+    /// What tests/programs.rs does not run (it checks a file and a directory any user may
+    /// write, the sticky bit and a group-writable file through the binary): a
+    /// group-writable directory, and a link in a safe directory to a program in an unsafe
+    /// one.
     #[test]
     fn finds_who_else_may_write_a_program() {
         let top = tempfile::tempdir().unwrap();
         let dir = top.path().join("bin");
         std::fs::create_dir(&dir).unwrap();
-        chmod(&dir, 0o755);
         let prog = dir.join("hook.sh");
         std::fs::write(&prog, "#!/bin/sh\n").unwrap();
         chmod(&prog, 0o755);
-        assert_eq!(writers(&prog), vec![]);
-
-        chmod(&prog, 0o777);
-        let found = writers(&prog);
-        assert!(
-            matches!(&found[..], [Writable::File { mode: 0o777, .. }]),
-            "{found:?}"
-        );
-        assert!(found[0].by_anyone());
-        assert!(found[0]
-            .to_string()
-            .contains("writable by any user (mode 0777)"));
-
-        chmod(&prog, 0o775);
+        chmod(&dir, 0o775);
         let found = writers(&prog);
         assert!(matches!(&found[..], [Writable::Group { .. }]), "{found:?}");
         assert!(!found[0].by_anyone());
 
-        chmod(&prog, 0o755);
-        chmod(&dir, 0o777);
-        let found = writers(&prog);
-        assert!(
-            matches!(&found[..], [Writable::Dir { mode: 0o777, .. }]),
-            "{found:?}"
-        );
-        chmod(&dir, 0o1777);
-        assert_eq!(writers(&prog), vec![], "the sticky bit protects the file");
-        chmod(&dir, 0o775);
-        assert!(matches!(&writers(&prog)[..], [Writable::Group { .. }]));
-
-        // A link in a safe directory to a program in an unsafe one is refused too.
         chmod(&dir, 0o777);
         let safe = top.path().join("safe");
         std::fs::create_dir(&safe).unwrap();
@@ -264,25 +241,17 @@ mod tests {
         chmod(&dir, 0o755);
     }
 
+    /// Beyond tests/daemon_config.rs (a missing path, a name not on PATH, a file that is
+    /// not executable): a name found after a missing directory, and a file on PATH that is
+    /// not executable is named as such, not as missing.
     #[test]
     fn finds_programs_on_path_and_rejects_the_rest() {
         assert!(find_program("sh", "/nonexistent:/bin:/usr/bin").is_ok());
-        assert!(find_program("/bin/sh", "").is_ok());
-        let missing = find_program("no-such-program-xyz", "/bin")
-            .unwrap_err()
-            .to_string();
-        assert!(missing.contains("cannot be found on PATH"), "{missing}");
         let dir = tempfile::tempdir().unwrap();
-        let plain = dir.path().join("plain");
-        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let not_exec = find_program(plain.to_str().unwrap(), "")
-            .unwrap_err()
-            .to_string();
-        assert!(not_exec.contains("not executable"), "{not_exec}");
+        std::fs::write(dir.path().join("plain"), "#!/bin/sh\n").unwrap();
+        chmod(&dir.path().join("plain"), 0o644);
         let dir_path = dir.path().to_str().unwrap();
         let on_path = find_program("plain", dir_path).unwrap_err().to_string();
         assert!(on_path.contains("not executable"), "{on_path}");
-        assert!(find_program("", "/bin").is_err());
     }
 }
