@@ -118,15 +118,7 @@ pub(super) const REDIS_URL_FORMS: &str =
 /// A Redis address: `redis://[user[:password]@]host[:port][/db]`, `rediss://...` (TLS)
 /// or `unix:///path/to/socket`.
 pub(super) fn redis_url(s: &str) -> Result<String, ValueError> {
-    let allowed = format!("allowed: {REDIS_URL_FORMS}");
-    let shown = super::scrub::scrub(s);
-    let fail = |why: &str| {
-        Err(ValueError::not_a(
-            &shown,
-            "a Redis URL",
-            format!("{why}; {allowed}"),
-        ))
-    };
+    let fail = |why: &str| Err(not_a_url(s, "a Redis URL", why, REDIS_URL_FORMS));
     if let Some(path) = s.strip_prefix("unix://") {
         if !path.starts_with('/') {
             return fail("needs an absolute socket path");
@@ -165,12 +157,12 @@ fn client_refusal(s: &str) -> Option<String> {
 
 /// An HTTP URL for the health check: `http://host[:port][/path]`.
 pub(super) fn http_url(s: &str) -> Result<String, ValueError> {
-    let shown = super::scrub::scrub(s);
     let fail = |why: &str| {
-        Err(ValueError::not_a(
-            &shown,
+        Err(not_a_url(
+            s,
             "an HTTP URL",
-            format!("{why}; allowed: http://host[:port][/path]"),
+            why,
+            "http://host[:port][/path]",
         ))
     };
     let Some(rest) = s.strip_prefix("http://") else {
@@ -185,6 +177,12 @@ pub(super) fn http_url(s: &str) -> Result<String, ValueError> {
         Ok(()) => Ok(s.to_string()),
         Err(why) => fail(why),
     }
+}
+
+/// `s` (its password scrubbed) is not a URL of `kind`: `why`, and the `allowed` forms.
+fn not_a_url(s: &str, kind: &str, why: &str, allowed: &str) -> ValueError {
+    let shown = super::scrub::scrub(s);
+    ValueError::not_a(&shown, kind, format!("{why}; allowed: {allowed}"))
 }
 
 /// Checks the `[userinfo@]host[:port]` that follows `scheme://`.
