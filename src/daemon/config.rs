@@ -86,14 +86,14 @@ pub(crate) struct Config {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum ModeName {
-    /// `single`.
+    /// One server (`redis.url`).
     #[default]
     Single,
-    /// `sentinel`.
+    /// A master found through the Sentinels (`redis.sentinels`, `redis.master_name`).
     Sentinel,
-    /// `redlock`.
+    /// Independent servers (an odd number >= 3 of `redis.urls`); a majority holds the lease.
     Redlock,
-    /// `cluster`.
+    /// A Redis Cluster, reached through seed nodes (`redis.urls`).
     Cluster,
 }
 
