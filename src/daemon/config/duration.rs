@@ -101,6 +101,14 @@ fn scale_number(number: &str, scale: u128) -> Result<u128, String> {
     Ok(nanos)
 }
 
+/// A duration that must be greater than zero.
+pub(super) fn positive_duration(s: &str) -> Result<Duration, ValueError> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(ValueError::not_allowed(s, "must be greater than 0")),
+        d => Ok(d),
+    }
+}
+
 /// Formats a duration the way [`parse_duration`] reads it (`1m30s`, `250ms`, `1s500ms`,
 /// `0s`), so that the effective configuration printed by `check-config` can be pasted back.
 pub(crate) fn format_duration(d: Duration) -> String {

@@ -11,6 +11,7 @@ use nix::sys::signal::Signal;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde::Deserialize;
 
+use super::duration::{self as d, parse_duration};
 use super::read::refuse;
 use super::values::{self as v, ValueError};
 use super::yaml::{describe, Value};
@@ -58,8 +59,8 @@ leaves! {
     text_value -> String = |s: &str| Ok(s.to_string());
     some_text -> Option<String> = |s: &str| v::non_empty(s).map(Some);
     path -> Option<PathBuf> = |s: &str| v::path(s).map(Some);
-    duration -> Duration = v::duration;
-    positive_duration -> Duration = v::positive_duration;
+    duration -> Duration = parse_duration;
+    positive_duration -> Duration = d::positive_duration;
     whole -> u32 = |s: &str| v::whole_in(s, 0..=u32::MAX, WHOLE);
     at_least_one -> u32 = |s: &str| v::whole_in(s, 1..=u32::MAX, AT_LEAST_ONE);
     jitter -> f64 = v::jitter;

@@ -7,13 +7,10 @@ use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde::de::{value::StrDeserializer, DeserializeOwned};
 use serde::Serialize;
-
-use super::duration::parse_duration;
 
 /// Why the text of one value was refused: what it is not and what is allowed (the text
 /// after `key: ` in the one line a user reads).
@@ -216,19 +213,6 @@ fn split_host_port(s: &str) -> Result<(&str, Option<&str>), &'static str> {
         Some((host, port)) => (host, Some(port)),
         None => (s, None),
     })
-}
-
-/// A duration that may be zero.
-pub(super) fn duration(s: &str) -> Result<Duration, ValueError> {
-    parse_duration(s)
-}
-
-/// A duration that must be greater than zero.
-pub(super) fn positive_duration(s: &str) -> Result<Duration, ValueError> {
-    match parse_duration(s)? {
-        d if d.is_zero() => Err(ValueError::not_allowed(s, "must be greater than 0")),
-        d => Ok(d),
-    }
 }
 
 /// The jitter fraction: `0 <= jitter <= 1`.
