@@ -1,7 +1,8 @@
 //! The second pass over a configuration read leniently: what no single value can say (the
 //! name is required, the identity defaults to the host name, mode single's URL to the local
 //! server, the password and the TLS files are read, programs are looked up and must not be
-//! changeable by any user) and the rules between keys (`rules.rs`). A rule on a value that was refused is skipped.
+//! changeable by any user) and the rules between keys (`rules.rs`). A rule on a value that
+//! was refused is skipped.
 
 use std::path::Path;
 
