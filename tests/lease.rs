@@ -10,11 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use leaderd::connection::FailureKind;
 use leaderd::{Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
+use support::locks::bounded;
 use support::{free_port, seed_fence, wait_until, Proxy, RedisServer};
 use tokio::time::{timeout, Instant};
-
-/// Upper bound for any single await in these tests (they never hang).
-const BOUND: Duration = Duration::from_secs(15);
 
 fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
     LeaseSpec::new(name, holder, lease)
@@ -22,12 +20,6 @@ fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
 
 fn client(url: &str, name: &str, holder: &str, lease: Duration) -> LeaseClient {
     LeaseClient::connect(url, spec(name, holder, lease)).expect("valid url")
-}
-
-async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    timeout(BOUND, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within {BOUND:?}"))
 }
 
 async fn must_acquire(c: &LeaseClient) -> Term {

@@ -11,26 +11,12 @@ use leaderd::connection::Topology;
 use leaderd::handover::Reservation;
 use leaderd::shard::{ShardRenewal, ShardTerm};
 use leaderd::{Acquire, Backend, Lease, LeaseClient, LeaseSpec, Observed, RedisSpec, Term};
-use support::{RedisServer, RespConn};
-use tokio::time::{timeout, Instant};
-
-/// Upper bound for any single await in these tests (they never hang).
-const BOUND: Duration = Duration::from_secs(15);
+use support::locks::{bounded, BOUND};
+use support::{seed_fence, RedisServer, RespConn};
+use tokio::time::Instant;
 
 fn client(url: &str, name: &str, holder: &str, lease: Duration) -> LeaseClient {
     LeaseClient::connect(url, LeaseSpec::new(name, holder, lease)).expect("valid url")
-}
-
-/// The election exists already: its counter is there, so no acquire is quarantined.
-fn seed_fence(redis: &RedisServer, name: &str) {
-    let key = format!("leaderd:{{{name}}}:fence");
-    assert_eq!(redis.cmd(&["SET", &key, "1000"]), "OK");
-}
-
-async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    timeout(BOUND, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within {BOUND:?}"))
 }
 
 async fn try_shard(c: &LeaseClient, shard: u32) -> Acquire {

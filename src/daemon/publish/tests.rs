@@ -104,6 +104,15 @@ async fn wait_for_doc(path: &Path, what: &str, check: impl Fn(&Value) -> bool) -
     }
 }
 
+/// Drops the state channel and waits (bounded) for the writer to finish.
+async fn stop(tx: watch::Sender<Snapshot>, task: JoinHandle<()>) {
+    drop(tx);
+    timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 fn spawn_file(path: PathBuf, first: Snapshot) -> (watch::Sender<Snapshot>, JoinHandle<()>) {
     let (tx, rx) = watch::channel(first);
     let task = tokio::spawn(run_leader_file(path, NAME.into(), ME.into(), rx));
@@ -130,11 +139,7 @@ async fn leader_file_is_replaced_at_every_change() {
     assert_eq!(doc["leader"], "pod-b");
     assert!(std::fs::read(&path).unwrap().ends_with(b"}\n"));
     assert!(!dir.path().join("run/leaderd/leader.json.tmp").exists());
-    drop(tx);
-    timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap();
+    stop(tx, task).await;
 }
 
 #[tokio::test]
@@ -150,11 +155,7 @@ async fn leader_file_stops_claiming_when_the_validity_passes() {
     let doc = wait_for_doc(&path, "expired", |d| d["is_leader"] == false).await;
     assert_eq!(doc["state"], "stepping_down");
     assert!(doc["lease_valid_until_ms"].is_null());
-    drop(tx);
-    timeout(Duration::from_secs(5), task)
-        .await
-        .unwrap()
-        .unwrap();
+    stop(tx, task).await;
 }
 
 #[tokio::test]

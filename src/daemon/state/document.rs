@@ -133,33 +133,13 @@ pub(super) fn rfc3339(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::state::{Phase, Snapshot, TermView};
+    use crate::daemon::state::samples::{leader, ME};
+    use crate::daemon::state::Phase;
     use std::time::Duration;
-
-    fn leader(valid_for: Duration) -> Snapshot {
-        let now = SystemTime::now();
-        Snapshot {
-            phase: Phase::Leader,
-            leader: Some("a".into()),
-            fence: Some(7),
-            term: Some(TermView {
-                fence: 7,
-                acquired_at: now,
-                valid_until: Instant::now() + valid_for,
-                valid_until_wall: now + valid_for,
-            }),
-            observed_at: now,
-            healthy: true,
-            leader_address: None,
-            priority: 0,
-            sitting_out: false,
-            shards: None,
-        }
-    }
 
     #[test]
     fn a_valid_leader_claims_with_its_term() {
-        let doc = leader(Duration::from_secs(5)).document("n", "a", Instant::now());
+        let doc = leader(Duration::from_secs(5)).document("n", ME, Instant::now());
         assert!(doc.is_leader);
         assert_eq!(doc.state, Phase::Leader);
         assert_eq!(doc.fence, Some(7));
@@ -172,7 +152,7 @@ mod tests {
     #[test]
     fn an_expired_claim_is_never_published_as_leader() {
         let snap = leader(Duration::from_millis(10));
-        let doc = snap.document("n", "a", Instant::now() + Duration::from_millis(11));
+        let doc = snap.document("n", ME, Instant::now() + Duration::from_millis(11));
         assert!(!doc.is_leader);
         assert_eq!(doc.state, Phase::SteppingDown);
         assert_eq!(doc.leader, None);
