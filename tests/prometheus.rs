@@ -199,10 +199,14 @@ fn sharded(name: &str, url: &str, replicas: usize, yaml: &str) -> Vec<Daemon> {
         .collect()
 }
 
-/// Waits until `leaderd status` through `d`'s config exits 0: every shard has an owner.
+/// Waits until `GET /shards` on `d` names an owner for every shard (an HTTP request per poll,
+/// not a `leaderd status` process: the other elections' timings must not suffer).
 fn wait_all_owned(d: &Daemon) {
     let owned = wait_until(SLOW, POLL, || {
-        (d.cli(&["status"]).code == Some(0)).then_some(())
+        let (code, body) = d.get("/shards");
+        let rows: Vec<Value> = serde_json::from_str(&body).ok()?;
+        let all = code == 200 && !rows.is_empty() && rows.iter().all(|r| r["owner"].is_string());
+        all.then_some(())
     });
     owned.unwrap_or_else(|| panic!("{}: a shard still without owner", d.identity()));
 }
@@ -341,6 +345,13 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
     for e in [&rollout, &pause, &outage] {
         wait_leader(e, &all(e), SLOW);
     }
+    // Prometheus scrapes a target seconds after it is ready (its discovery sends targets in
+    // batches): split-2 must have been scraped as a follower before it leads, else the claim
+    // window begins with its first sample and goes pending at once.
+    let scraped = wait_until(SLOW, POLL, || {
+        (prom.query("leaderd_is_leader{name=\"split\"}").len() == 2).then_some(())
+    });
+    scraped.expect("Prometheus scrapes both split replicas");
     redis[2].start_again();
     wait_until(SLOW, POLL, || split.iter().all(is_leader).then_some(()))
         .expect("each split replica leads on its own Redis");
