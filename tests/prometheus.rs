@@ -10,10 +10,15 @@
 //! - `rollout`: two rolling updates that restart the leader each time (6 graceful handovers);
 //! - `pause`: the leader SIGSTOPped for 6 s (two leases), then resumed;
 //! - `outage`: its Redis killed until its alerts fire, then started again (empty);
-//! - `split`: two replicas of one election on two Redis servers, a real split brain.
+//! - `split`: two replicas of one election on two Redis servers, a real split brain;
+//! - `shards`: 16 shards over 3 replicas, one SIGKILLed (its shards taken at their expiry)
+//!   and a rolling update: `LeaderdShardUnowned` never fires;
+//! - `unhealthy`: 8 shards over 3 replicas whose health check fails: no shard has an owner,
+//!   `LeaderdShardUnowned` fires after its `for:` and resolves once the check passes again.
 
 mod support;
 
+use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -38,6 +43,9 @@ const NO_LEADER_FOR: f64 = 6.0;
 const FLAPPING_WINDOW: f64 = 60.0;
 /// Rolling updates of the `rollout` election, each a handover per replica.
 const ROLLOUTS: usize = 2;
+/// LeaderdShardUnowned's scaled `for:` (seconds), and the replicas' lease.
+const UNOWNED_FOR: f64 = 6.0;
+const LEASE: f64 = 3.0;
 
 fn opts(name: &str, identity: &str, url: &str) -> DaemonOpts {
     let mut o = DaemonOpts::new(name, identity, url);
@@ -180,6 +188,92 @@ fn redis_outage(redis: &mut RedisServer, prom: &Prometheus) -> Outage {
     }
 }
 
+/// `replicas` replicas of a sharded election (`yaml`: its `election.shards` and bound).
+fn sharded(name: &str, url: &str, replicas: usize, yaml: &str) -> Vec<Daemon> {
+    (1..=replicas)
+        .map(|i| {
+            let mut o = opts(name, &format!("{name}-{i}"), url);
+            o.extra_yaml = yaml.into();
+            Daemon::spawn(&o)
+        })
+        .collect()
+}
+
+/// Waits until `GET /shards` on `d` names an owner for every shard (an HTTP request per poll,
+/// not a `leaderd status` process: the other elections' timings must not suffer).
+fn wait_all_owned(d: &Daemon) {
+    let owned = wait_until(SLOW, POLL, || {
+        let (code, body) = d.get("/shards");
+        let rows: Vec<Value> = serde_json::from_str(&body).ok()?;
+        let all = code == 200 && !rows.is_empty() && rows.iter().all(|r| r["owner"].is_string());
+        all.then_some(())
+    });
+    owned.unwrap_or_else(|| panic!("{}: a shard still without owner", d.identity()));
+}
+
+/// The `shards` election through a SIGKILL (each of its shards taken at its expiry, within a
+/// lease), its return (shards handed back, reason `rebalance`) and a rolling update (every
+/// shard of a leaver moved at once). The alert's silence is asserted from its history.
+fn shards_through_faults(e: &mut [Daemon]) {
+    wait_all_owned(&e[0]);
+    std::thread::sleep(Duration::from_secs(3));
+    e[0].kill();
+    wait_all_owned(&e[1]);
+    e[0].restart();
+    wait_until(SLOW, POLL, || is_leader(&e[0]).then_some(()))
+        .expect("the restarted replica gets its share back");
+    for i in 0..e.len() {
+        std::thread::sleep(Duration::from_secs(2));
+        e[i].signal(Signal::SIGTERM);
+        assert_eq!(e[i].wait_exit(SLOW), Some(0), "SIGTERM exits 0");
+        e[i].restart();
+        wait_all_owned(&e[(i + 1) % e.len()]);
+    }
+}
+
+/// When every shard of `unhealthy` had an owner (plus a scrape and an evaluation) and when its
+/// replicas' health check began to fail; the alert's times from then (`fired`) and from the
+/// check passing again (`resolved`), in seconds.
+struct Unowned {
+    quiet_from: f64,
+    failed: f64,
+    fired: f64,
+    resolved: f64,
+}
+
+/// Makes the health check of every `unhealthy` replica fail (`healthy`, the file it tests, is
+/// removed): each hands its shards over and takes none, so no shard has an owner while every
+/// replica still runs and is scraped, until the file is back.
+fn shards_unowned_while_unhealthy(e: &[Daemon], healthy: &Path, prom: &Prometheus) -> Unowned {
+    wait_all_owned(&e[0]);
+    let quiet_from = unix_s() + 2.0 * SCRAPE.as_secs_f64();
+    std::thread::sleep(Duration::from_secs(4));
+    let failed = unix_s();
+    std::fs::remove_file(healthy).expect("remove the health file");
+    let within = UNOWNED_FOR + LEASE + 2.0 * SLACK;
+    wait_alert(
+        prom,
+        "LeaderdShardUnowned",
+        "unhealthy",
+        Some("firing"),
+        within,
+    )
+    .expect("LeaderdShardUnowned fires while no shard has an owner");
+    let fired = unix_s() - failed;
+    let status = e[0].cli(&["status"]);
+    assert_eq!(status.code, Some(3), "status exits 3: {}", status.stdout);
+    std::fs::write(healthy, "").expect("write the health file");
+    let resolved = wait_alert(prom, "LeaderdShardUnowned", "unhealthy", None, within)
+        .expect("LeaderdShardUnowned resolves once every shard has an owner again");
+    wait_all_owned(&e[0]);
+    Unowned {
+        quiet_from,
+        failed,
+        fired,
+        resolved,
+    }
+}
+
 /// Every `expr` of the Grafana dashboard, with its panel's title.
 fn dashboard_queries() -> Vec<(String, String)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/leaderd.json");
@@ -212,17 +306,29 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
         RedisServer::start(),
         RedisServer::start(),
         RedisServer::start(),
+        RedisServer::start(),
     ];
     let mut rollout = election("rollout", &redis[0].url());
     let mut pause = election("pause", &redis[0].url());
     let outage = election("outage", &redis[1].url());
+    // The sharded elections on a Redis of their own.
+    let mut shards = sharded("shards", &redis[3].url(), 3, "election:\n  shards: 16\n");
+    let health = tempfile::tempdir().expect("temp dir");
+    let healthy = health.path().join("healthy");
+    std::fs::write(&healthy, "").expect("write the health file");
+    let check = format!(
+        "election:\n  shards: 8\n  health_check:\n    command: [test, -e, {}]\n    \
+         period: 300ms\n    timeout: 200ms\n    failures: 1\n",
+        healthy.display()
+    );
+    let unhealthy = sharded("unhealthy", &redis[3].url(), 3, &check);
     // split-2's Redis comes up once Prometheus runs, so that it sees the overlap begin.
     redis[2].stop();
     let split = [
         Daemon::spawn(&opts("split", "split-1", &redis[0].url())),
         Daemon::spawn(&opts("split", "split-2", &redis[2].url())),
     ];
-    let targets: Vec<Target> = [&rollout[..], &pause, &outage, &split]
+    let targets: Vec<Target> = [&rollout[..], &pause, &outage, &split, &shards, &unhealthy]
         .iter()
         .flat_map(|e| e.iter())
         .map(|d| Target {
@@ -239,6 +345,13 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
     for e in [&rollout, &pause, &outage] {
         wait_leader(e, &all(e), SLOW);
     }
+    // Prometheus scrapes a target seconds after it is ready (its discovery sends targets in
+    // batches): split-2 must have been scraped as a follower before it leads, else the claim
+    // window begins with its first sample and goes pending at once.
+    let scraped = wait_until(SLOW, POLL, || {
+        (prom.query("leaderd_is_leader{name=\"split\"}").len() == 2).then_some(())
+    });
+    scraped.expect("Prometheus scrapes both split replicas");
     redis[2].start_again();
     wait_until(SLOW, POLL, || split.iter().all(is_leader).then_some(()))
         .expect("each split replica leads on its own Redis");
@@ -251,10 +364,12 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
         .expect("each split replica publishes its term") as f64
         / 1000.0;
 
-    let (moves, out) = std::thread::scope(|s| {
+    let (moves, out, short) = std::thread::scope(|s| {
         let moves = s.spawn(|| rolling_updates(&mut rollout));
         s.spawn(|| pause_the_leader(&mut pause, &prom));
         let out = s.spawn(|| redis_outage(&mut redis[1], &prom));
+        s.spawn(|| shards_through_faults(&mut shards));
+        let short = s.spawn(|| shards_unowned_while_unhealthy(&unhealthy, &healthy, &prom));
         let split_fired = wait_alert(
             &prom,
             "LeaderdMultipleLeaders",
@@ -266,7 +381,11 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
             split_fired.is_some(),
             "LeaderdMultipleLeaders fires for a split brain"
         );
-        (moves.join().expect("rollout"), out.join().expect("outage"))
+        (
+            moves.join().expect("rollout"),
+            out.join().expect("outage"),
+            short.join().expect("unhealthy"),
+        )
     });
 
     // Flapping: two rollouts go past its threshold; it must stay pending at most and end
@@ -298,6 +417,39 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
     never("LeaderdFrequentHandovers", "rollout", "firing");
     // An outage is not a renewal problem: the leader steps down and renewals stop.
     never("LeaderdRenewalsFailing", "outage", "firing");
+    // Shards taken at their expiry or moved at a rollout are never missing for a minute; an
+    // election without shards has none to miss.
+    never("LeaderdShardUnowned", "shards", "firing");
+    for name in ["rollout", "pause", "outage", "split"] {
+        never("LeaderdShardUnowned", name, "pending");
+    }
+
+    // Every replica unhealthy: quiet while every shard had an owner, firing after its for:
+    // once none had, resolved within a lease and a scrape of the check passing again.
+    let fired = history(&prom, "LeaderdShardUnowned", "unhealthy", "firing", span);
+    let after = fired.iter().find(|&&t| t >= short.quiet_from);
+    let first = after.expect("ShardUnowned fired") - short.failed;
+    println!(
+        "unhealthy: ShardUnowned firing {first:.1} s after the check began to fail (seen \
+         {:.1} s), resolved {:.1} s after it passed again",
+        short.fired, short.resolved
+    );
+    assert!(
+        first >= UNOWNED_FOR,
+        "ShardUnowned fired {first:.1} s after the failure"
+    );
+    assert!(
+        short.fired <= UNOWNED_FOR + 2.0 * SLACK,
+        "ShardUnowned seen firing {:.1} s after the failure",
+        short.fired
+    );
+    assert!(
+        short.resolved <= LEASE + SLACK,
+        "ShardUnowned resolved {:.1} s after the check passed again",
+        short.resolved
+    );
+    let counted = prom.query("max(leaderd_shards{name=\"unhealthy\"})");
+    assert_eq!(counted[0]["value"][1], "8", "leaderd_shards: {counted:?}");
 
     // A real split brain goes pending only once both claims have lasted the whole window.
     let pending = history(&prom, "LeaderdMultipleLeaders", "split", "pending", span);
@@ -377,7 +529,7 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
     let end = unix_s();
     for (title, expr) in &queries {
         let q = expr
-            .replace("$name", "rollout|pause|outage|split")
+            .replace("$name", "rollout|pause|outage|split|shards|unhealthy")
             .replace("$__rate_interval", "4s")
             .replace("$__range", &format!("{}s", (end - t0).ceil()));
         let result = prom.query_range(&q, t0, end, 1.0);

@@ -44,6 +44,9 @@ DOCUMENTED: dict[str, dict[str, set[str] | None]] = {
     "leaderd_redis_errors_total": {"kind": {"timeout", "connection", "auth", "script", "other"}},
     "leaderd_build_info": {"version": None},
     "leader_election_master_status": {},
+    "leaderd_shards": {},
+    "leaderd_shards_owned": {},
+    "leaderd_shard_moves_total": {"reason": {"lost", "deadline", "rebalance", "yield", "shutdown"}},
 }
 PROCESS = {"process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
            "process_max_fds", "process_virtual_memory_bytes", "process_start_time_seconds",
@@ -173,6 +176,12 @@ def synthetic_series() -> list[dict[str, str]]:
                 {"series": f"leaderd_renew_duration_seconds_sum{{{base}}}", "values": "0+0.06x60"},
                 {"series": f"leaderd_renew_duration_seconds_count{{{base}}}", "values": "0+30x60"},
             ]
+            # orders is sharded (16 shards: 6, 5, 5), billing is not.
+            shards, owned = (16, (6, 5, 5)[i]) if election == "orders" else (0, 0)
+            series += [
+                {"series": f"leaderd_shards{{{base}}}", "values": f"{shards}x60"},
+                {"series": f"leaderd_shards_owned{{{base}}}", "values": f"{owned}x60"},
+            ]
             for le, step in (("0.001", 5), ("0.005", 25), ("0.01", 29), ("0.1", 30), ("+Inf", 30)):
                 series.append({"series": f'leaderd_renew_duration_seconds_bucket{{{base},le="{le}"}}',
                                "values": f"0+{step}x60"})
@@ -180,7 +189,8 @@ def synthetic_series() -> list[dict[str, str]]:
                                   ("leaderd_acquire_attempts_total", "result"),
                                   ("leaderd_renewals_total", "result"),
                                   ("leaderd_step_downs_total", "reason"),
-                                  ("leaderd_redis_errors_total", "kind")):
+                                  ("leaderd_redis_errors_total", "kind"),
+                                  ("leaderd_shard_moves_total", "reason")):
                 for value in sorted(DOCUMENTED[metric][label] or ()):
                     series.append({"series": f'{metric}{{{base},{label}="{value}"}}', "values": "0+1x60"})
     return series
@@ -246,7 +256,8 @@ def cmd_dashboard(path: str, outdir: str) -> int:
         "renew latency": "leaderd_renew_duration_seconds_bucket",
         "lease remaining": "leaderd_lease_remaining_seconds", "fences": "leaderd_fence",
         "errors": "leaderd_redis_errors_total", "step-downs": "leaderd_step_downs_total",
-        "candidates": "leaderd_candidates",
+        "candidates": "leaderd_candidates", "shards per replica": "leaderd_shards_owned",
+        "shard moves": "leaderd_shard_moves_total",
     }
     for what, metric in required.items():
         if metric not in used_metrics:

@@ -81,6 +81,14 @@ def _int(minimum: int) -> Checker:
     return check
 
 
+def _int_range(minimum: int, maximum: int) -> Checker:
+    def check(key: str, v: Any) -> str | None:
+        if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum:
+            return f"{key}: {v!r} is not an integer in {minimum}..{maximum}"
+        return None
+    return check
+
+
 def _number(key: str, v: Any) -> str | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return f"{key}: {v!r} is not a number"
@@ -148,6 +156,8 @@ SCHEMA: dict[str, Any] = {
         "jitter": _number,
         "release_on_shutdown": _bool,
         "on_lost": _enum("contend", "exit"),
+        "shards": _int_range(0, 4096),
+        "max_shards_per_replica": _int(0),
         "health_check": {
             "http_get": _string(nullable=True),
             "command": _string_list,
@@ -299,6 +309,8 @@ def check_config(raw: Any, env: dict[str, str] | None = None, exec_used: bool = 
                 f"({lease - renew}s)")
     elif isinstance(doc.get("exec"), dict) and doc["exec"]:
         problems.append("exec: set, but no command is given (exec.command or `-- COMMAND`)")
+    if (get(doc, "election", "shards") or 0) > 0 and get(doc, "proxy", "listen"):
+        problems.append("proxy.listen: not with election.shards (the proxy is not shard-aware)")
     hc = get(doc, "election", "health_check")
     if isinstance(hc, dict) and hc:
         if not hc.get("http_get") and not hc.get("command"):

@@ -38,6 +38,7 @@ const ACQUIRE_HELP: &str = "Attempts to acquire the lease, by result.";
 const RENEWALS_HELP: &str = "Attempts to renew the lease, by result.";
 const RENEW_DURATION_HELP: &str = "Round trip of each renew of the lease, in seconds.";
 const STEP_DOWNS_HELP: &str = "Terms this replica has ended, by reason.";
+const SHARDS_HELP: &str = "Shards of the election (election.shards); 0 without shards.";
 const SHARDS_OWNED_HELP: &str = "Shards this replica owns (a sharded election).";
 const SHARD_MOVES_HELP: &str = "Shard terms this replica has ended, by reason.";
 const REDIS_ERRORS_HELP: &str = "Failed Redis calls, by kind.";
@@ -75,6 +76,7 @@ pub(crate) struct Metrics {
     /// Where `messages_dropped` is read from at each scrape (the lease's listeners).
     dropped_source: std::sync::OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>,
     identity_conflict: IntGauge,
+    shards: IntGauge,
     shards_owned: IntGauge,
     shard_moves: IntCounterVec,
 }
@@ -142,6 +144,7 @@ impl Metrics {
             messages_dropped: counter(r, "leaderd_messages_dropped_total", DROPPED_HELP),
             dropped_source: std::sync::OnceLock::new(),
             identity_conflict: int_gauge(r, "leaderd_identity_conflict", IDENTITY_CONFLICT_HELP),
+            shards: int_gauge(r, "leaderd_shards", SHARDS_HELP),
             shards_owned: int_gauge(r, "leaderd_shards_owned", SHARDS_OWNED_HELP),
             shard_moves: counters(
                 r,
@@ -195,6 +198,12 @@ impl Metrics {
     /// Counts a step-down.
     pub(crate) fn step_down(&self, reason: StepDown) {
         self.step_downs.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// How many shards the election has (`election.shards`), so that the shards owned summed
+    /// over the replicas can be compared with it (deploy/README.md, `LeaderdShardUnowned`).
+    pub(crate) fn set_shards(&self, count: u32) {
+        self.shards.set(i64::from(count));
     }
 
     /// How many shards this replica owns now.
@@ -368,8 +377,24 @@ mod tests {
             "leaderd_proxy_connections_total{name=\"e1\",target=\"refused\"} 0",
             "leaderd_proxy_active_connections{name=\"e1\"} 0",
             "leaderd_proxy_bytes_total{direction=\"out\",name=\"e1\"} 0",
+            "leaderd_shards{name=\"e1\"} 0",
+            "leaderd_shards_owned{name=\"e1\"} 0",
+            "leaderd_shard_moves_total{name=\"e1\",reason=\"rebalance\"} 0",
         ] {
             assert!(text.contains(series), "missing {series} in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_shard_count_is_a_gauge_beside_the_shards_owned() {
+        let metrics = Metrics::new("e1", "0.1.0");
+        metrics.set_shards(16);
+        metrics.set_shards_owned(5);
+        let text = metrics.render(&Snapshot::starting(true), Instant::now());
+        assert!(text.contains("leaderd_shards{name=\"e1\"} 16"), "{text}");
+        assert!(
+            text.contains("leaderd_shards_owned{name=\"e1\"} 5"),
+            "{text}"
+        );
     }
 }

@@ -25,6 +25,7 @@ pub(crate) struct ShardReporter {
 impl ShardReporter {
     /// Publishes the state of an election of `count` shards, none owned yet.
     pub(crate) fn new(reporter: Reporter, count: u32) -> ShardReporter {
+        reporter.metrics.set_shards(count);
         reporter.state.send_modify(|s| {
             s.shards = Some(ShardsView {
                 count,
