@@ -5,6 +5,7 @@
 mod assign;
 mod elector;
 mod events;
+mod leases;
 mod members;
 #[cfg(feature = "daemon")]
 pub(crate) use members::read_now as read_members;
@@ -13,3 +14,4 @@ pub use crate::lease::{ShardRenewal, ShardTerm};
 pub use assign::Assignment;
 pub use elector::{OwnedShard, ShardElector, ShardPolicy};
 pub use events::{ShardEvents, ShardStepDown};
+pub use leases::ShardLeases;
