@@ -1,6 +1,7 @@
 //! Sharded leadership (README, "Shards"): shard `s` of an election is a lease of its own,
 //! fenced from the election's one counter ([`crate::LeaseClient::shard`]); [`Assignment`]
-//! says which member should own it, and a [`ShardElector`] owns its share.
+//! says which member should own it, and a [`ShardElector`] owns its share, over any
+//! [`ShardLeases`] (one Redis, Sentinel, Cluster, or Redlock).
 
 mod assign;
 mod elector;
