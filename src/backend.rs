@@ -53,6 +53,16 @@ impl Backend {
 }
 
 impl Backend {
+    /// The same lease over the same connections, with listeners and registry state of its
+    /// own: a sharded election's elector and its readers each have one.
+    #[cfg_attr(not(feature = "daemon"), allow(dead_code))]
+    pub(crate) fn twin(&self) -> Backend {
+        match self {
+            Backend::Redis(l) => Backend::Redis(l.for_lease(l.spec().clone())),
+            Backend::Redlock(l) => Backend::Redlock(l.twin()),
+        }
+    }
+
     /// What each server offers, as last read at a connect (one per Redlock node).
     #[cfg_attr(not(feature = "daemon"), allow(dead_code))] // read by check-config --probe
     pub(crate) fn server_infos(&self) -> Vec<crate::server_info::ServerInfoWatch> {

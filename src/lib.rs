@@ -15,7 +15,8 @@
 //!   [`election::ElectionEvents`].
 //! - [`shard`]: a sharded election: N shards, each a fenced lease, spread over the live
 //!   replicas by a fixed assignment ([`shard::Assignment`]) and owned through a
-//!   [`shard::ShardElector`] (a `watch` of the owned shards with their fences and validities).
+//!   [`shard::ShardElector`] (a `watch` of the owned shards with their fences and validities),
+//!   over a [`LeaseClient`] or a [`RedlockClient`] (a majority per shard).
 //! - [`connection`]: the parts of a [`RedisSpec`] and what a failed call reports;
 //!   [`handover`]: the candidates' registry, handover requests and release announcements.
 //!

@@ -60,11 +60,13 @@ mod observe;
 mod release;
 mod renew;
 mod round;
+mod shards;
 #[cfg(test)]
 mod tests;
 mod undo;
 
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Client, Script};
@@ -89,8 +91,9 @@ struct Node {
     lease: LeaseClient,
     /// `host:port` (never the URL, which may carry a password), for error messages.
     label: String,
-    /// Whether its last answer was a failure; changes are logged once each.
-    failing: AtomicBool,
+    /// Whether its last answer was a failure; changes are logged once each (shared by the
+    /// clients of one election's shards).
+    failing: Arc<AtomicBool>,
 }
 
 impl RedlockClient {
@@ -152,7 +155,7 @@ impl RedlockClient {
                 Node {
                     lease: LeaseClient::with_client(client, node_spec),
                     label,
-                    failing: AtomicBool::new(false),
+                    failing: Arc::new(AtomicBool::new(false)),
                 }
             })
             .collect();

@@ -12,6 +12,7 @@
 //!   `CHAOS_SECONDS` (default 1200) and at least 1,000 terms.
 //!
 //! Options (environment, see `tests/chaos_common`): `CHAOS_SEED`, `CHAOS_EXEC=1`,
+//! `CHAOS_SHARDS=N` (a sharded election: no handover or priority faults, which do not apply),
 //! `CHAOS_MIN_TRANSITIONS` (CI runs shorter), `CHAOS_OUT` (default
 //! `target/tmp/chaos-<short|long>`). The Sentinel and Redlock siblings:
 //! `tests/chaos_sentinel.rs`, `tests/chaos_redlock.rs`.
@@ -24,12 +25,12 @@ use std::time::Duration;
 use chaos_common::clock::Step;
 use chaos_common::report::{check_children, timeline_svg};
 use chaos_common::{
-    daemon_opts, handover_in_background, ms, priority_yaml, replica_of, ChaosWorld, Fault, Faults,
-    Kind, Pending, ReplicaUndo, Replicas, Settings, Timings, NAME, REPLICAS,
+    daemon_opts, handover_in_background, lease_key, ms, priority_yaml, replica_of, ChaosWorld,
+    Fault, Faults, Kind, Pending, ReplicaUndo, Replicas, Settings, Timings, REPLICAS,
 };
 use rand::rngs::StdRng;
 use rand::Rng;
-use support::{keys, Proxy, RedisServer, Term};
+use support::{Proxy, RedisServer, Term};
 
 const LEASE_MS: u64 = 1000;
 const TIMINGS: Timings = Timings {
@@ -86,6 +87,8 @@ struct World {
     priorities: Vec<u32>,
     /// A config for `leaderd handover`, straight to Redis (no proxy).
     cli: (tempfile::TempDir, std::path::PathBuf),
+    /// 0, or the election's shards (`CHAOS_SHARDS`).
+    shards: u32,
 }
 
 impl World {
@@ -93,15 +96,13 @@ impl World {
         let redis = RedisServer::start();
         let proxies: Vec<Proxy> = (0..REPLICAS).map(|_| Proxy::start(redis.addr())).collect();
         let priorities: Vec<u32> = (0..REPLICAS as u32).map(|i| (i % 3) * 10).collect();
-        let replicas = Replicas::spawn(|i| {
-            daemon_opts(
-                s,
-                i,
-                &proxies[i].url(),
-                &priority_yaml(priorities[i]),
-                &TIMINGS,
-            )
-        });
+        // Priority does not apply to shards (the assignment decides).
+        let election = |i: usize| match s.shards {
+            0 => priority_yaml(priorities[i]),
+            _ => String::new(),
+        };
+        let replicas =
+            Replicas::spawn(|i| daemon_opts(s, i, &proxies[i].url(), &election(i), &TIMINGS));
         let dir = tempfile::tempdir().expect("a temp dir");
         let path = dir.path().join("cli.yaml");
         let opts = daemon_opts(s, 0, &redis.url(), "", &TIMINGS);
@@ -115,15 +116,17 @@ impl World {
             pending: Pending::default(),
             priorities,
             cli: (dir, path),
+            shards: s.shards,
         }
     }
 
-    /// The replica Redis names as holder, asked directly (not through a proxy).
+    /// The replica Redis names as holder (of the shard of this second, when sharded), asked
+    /// directly (not through a proxy).
     fn leader(&self) -> Option<usize> {
         if !self.redis.is_running() {
             return None;
         }
-        let key = keys(NAME).lock;
+        let key = lease_key(self.shards);
         let holder = self
             .redis
             .try_cmd(&["HGET", &key, "holder"], Duration::from_millis(300))
@@ -156,6 +159,9 @@ impl ChaosWorld for World {
             86..=95 => Kind::Priority,
             _ => Kind::RedisRestart,
         };
+        if self.shards > 0 && matches!(kind, Kind::Handover | Kind::Priority) {
+            return false; // neither applies to shards: another fault in a moment
+        }
         let leader = self.leader();
         if kind == Kind::Handover {
             let (what, thread) = handover_in_background(&self.cli.1, "1s", rng);
@@ -275,6 +281,7 @@ fn child_lines_outside_their_term_are_violations() {
         min_transitions: 0,
         seed: 0,
         exec: true,
+        shards: 0,
         out: dir.path().to_path_buf(),
     };
     let terms = vec![
@@ -321,4 +328,45 @@ fn child_lines_outside_their_term_are_violations() {
     std::fs::write(dir.path().join("r1.log"), format!("{line}\n")).unwrap();
     let (v, _) = check_children(&s, &terms, &[], &[]);
     assert!(v[0].contains(&format!("r1 log: {line}")), "{v:?}");
+}
+
+#[test]
+fn shard_children_are_checked_against_their_own_shards_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Settings {
+        label: "t",
+        seconds: 0,
+        min_transitions: 0,
+        seed: 0,
+        exec: true,
+        shards: 2,
+        out: dir.path().to_path_buf(),
+    };
+    let term = |replica: &str, shard, fence, acquired_at_ms, last_valid_until_ms| Term {
+        replica: replica.into(),
+        shard: Some(shard),
+        fence,
+        acquired_at_ms,
+        last_valid_until_ms,
+        ended_at_ms: None,
+    };
+    // Shard 0's term is not ended by shard 1's (Redlock: they may even share a fence).
+    let terms = vec![
+        term("r0", 0, 5, 100, 900),
+        term("r1", 1, 5, 350, 900),
+        term("r1", 0, 7, 950, 1500),
+    ];
+    std::fs::write(dir.path().join("child-r0.txt"), "100 5 0\n500 5 0\n").unwrap();
+    std::fs::write(dir.path().join("child-r1.txt"), "400 5 1\n960 7 0\n").unwrap();
+    assert_eq!(check_children(&s, &terms, &[], &[]), (vec![], vec![]));
+    // Past its own validity, or a fence of another shard: violations.
+    std::fs::write(dir.path().join("child-r0.txt"), "901 5 0\n").unwrap();
+    std::fs::write(dir.path().join("child-r1.txt"), "960 7 1\n").unwrap();
+    let (v, _) = check_children(&s, &terms, &[], &[]);
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert!(v[0].contains("fence 5 (shard 0) was alive at 901"), "{v:?}");
+    assert!(
+        v[1].contains("fence 7 (shard 1) at 960, a fence no term"),
+        "{v:?}"
+    );
 }

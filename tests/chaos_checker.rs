@@ -4,7 +4,7 @@
 mod support;
 
 use support::daemon::parse_json_lines;
-use support::safety::never_valid_from_logs;
+use support::safety::{check_logs_with, never_valid_from_logs, Fences};
 use support::{check_logs, terms_from_logs};
 
 /// r0 leads fence 10 and steps down at its deadline. r1 sends an acquire at 2000, Redis
@@ -120,6 +120,11 @@ fn shards_are_checked_each_on_its_own() {
     // across shards.
     let reused = ok.replace("\"fence\":21", "\"fence\":20");
     let err = check_logs(&sharded(&reused)).expect_err("fence 20 acquired twice");
+    assert!(err.contains("fence 20 acquired 2 times"), "{err}");
+    // In Redlock each node counts: two shards' terms may share a fence, one shard's not.
+    check_logs_with(&sharded(&reused), Fences::PerLease).unwrap_or_else(|e| panic!("{e}"));
+    let twice = ok.replace("\"fence\":22", "\"fence\":20");
+    let err = check_logs_with(&sharded(&twice), Fences::PerLease).expect_err("shard 0 twice");
     assert!(err.contains("fence 20 acquired 2 times"), "{err}");
 
     // A fence going back within one shard is a regression; across shards it is not.

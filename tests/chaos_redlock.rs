@@ -9,7 +9,9 @@
 //! - `chaos_long_redlock` (`cargo test --release --test chaos_redlock -- --ignored
 //!   --nocapture`): `CHAOS_SECONDS` (default 1200) and at least 1,000 terms.
 //!
-//! Output: `target/tmp/chaos-redlock-<short|long>/`.
+//! With `CHAOS_SHARDS=N` a sharded election (README, "Shards"): a majority per shard, each
+//! shard's fences strictly increasing (two shards' terms may share a fence: each node has its
+//! counter). Output: `target/tmp/chaos-redlock-<short|long>/`.
 
 mod chaos_common;
 mod support;
@@ -18,12 +20,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chaos_common::{
-    daemon_opts, ms, replica_of, ChaosWorld, Faults, Kind, Pending, ReplicaUndo, Replicas,
-    Settings, Timings, NAME,
+    daemon_opts, lease_key, ms, replica_of, ChaosWorld, Faults, Kind, Pending, ReplicaUndo,
+    Replicas, Settings, Timings, NAME,
 };
 use rand::rngs::StdRng;
 use rand::Rng;
-use support::{keys, seed_fence, Proxy, RedisServer};
+use support::safety::Fences;
+use support::{seed_fence, Proxy, RedisServer};
 
 const NODES: usize = 5;
 const LEASE_MS: u64 = 1000;
@@ -76,6 +79,8 @@ struct World {
     node_busy: Vec<bool>,
     replicas: Replicas,
     pending: Pending<Undo>,
+    /// 0, or the election's shards (`CHAOS_SHARDS`).
+    shards: u32,
 }
 
 impl World {
@@ -95,12 +100,14 @@ impl World {
             node_busy: vec![false; NODES],
             replicas,
             pending: Pending::default(),
+            shards: s.shards,
         }
     }
 
-    /// The holder most nodes name, asked directly (faulted nodes are skipped).
+    /// The holder most nodes name (of the shard of this second, when sharded), asked
+    /// directly (faulted nodes are skipped).
     fn leader(&self) -> Option<usize> {
-        let key = keys(NAME).lock;
+        let key = lease_key(self.shards);
         let mut votes: HashMap<usize, usize> = HashMap::new();
         for (n, node) in self.nodes.iter().enumerate() {
             if self.node_busy[n] {
@@ -181,6 +188,10 @@ impl ChaosWorld for World {
 
     fn kinds(&self) -> &'static [Kind] {
         KINDS
+    }
+
+    fn fences(&self) -> Fences {
+        Fences::PerLease
     }
 
     fn inject(&mut self, rng: &mut StdRng, faults: &mut Faults) -> bool {

@@ -1,15 +1,16 @@
 //! The sharded elector (`leaderd::shard::ShardElector`, README "Shards") against a real
 //! redis-server: three electors and 16 shards settle to exactly the assignment, a fourth
 //! joins and gets its share, one shuts down and every shard it owned moves; fences of each
-//! shard only increase across its owners.
+//! shard only increase across its owners. Over a Redlock of three nodes too: a dead node
+//! moves no shard.
 
 mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use leaderd::shard::{Assignment, OwnedShard, ShardElector, ShardPolicy};
-use leaderd::{LeaseClient, LeaseSpec};
+use leaderd::shard::{Assignment, OwnedShard, ShardElector, ShardLeases, ShardPolicy};
+use leaderd::{LeaseClient, LeaseSpec, Observed, RedlockClient};
 use support::RedisServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -42,7 +43,10 @@ struct Replica {
 
 fn start(url: &str, id: &str) -> Replica {
     let spec = LeaseSpec::new(NAME, id, LEASE);
-    let client = LeaseClient::connect(url, spec).expect("valid url");
+    start_over(LeaseClient::connect(url, spec).expect("valid url"), id)
+}
+
+fn start_over<C: ShardLeases>(client: C, id: &str) -> Replica {
     let elector = ShardElector::new(client, policy());
     let owned = elector.watch();
     let stop = CancellationToken::new();
@@ -257,6 +261,122 @@ async fn with_redis_frozen_each_shard_is_stepped_down_before_its_validity() {
             a.shard,
             b.fence,
             a.fence
+        );
+    }
+    replicas[0].stop.cancel();
+}
+
+/// A Redlock client of the election over `urls`, as `id`.
+fn redlock(urls: &[String], id: &str) -> RedlockClient {
+    let spec = LeaseSpec::new(NAME, id, LEASE)
+        .with_command_timeout(Duration::from_millis(200))
+        .with_connect_timeout(Duration::from_millis(200));
+    RedlockClient::connect(urls, spec).expect("redlock client")
+}
+
+/// How many scripts `node` ran since its stats were reset.
+fn script_calls(node: &RedisServer) -> u64 {
+    let stats = node.cmd(&["INFO", "commandstats"]);
+    let calls = |name: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|l| l.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    calls("evalsha") + calls("eval")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_redlock_a_dead_node_moves_no_shard_and_leavers_shards_move() {
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let fence = format!("leaderd:{{{NAME}}}:fence");
+    for n in &nodes {
+        assert_eq!(n.cmd(&["SET", &fence, "1000"]), "OK");
+    }
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let mut fences = HashMap::new();
+    let mut replicas: Vec<Replica> = ["a", "b", "c"]
+        .iter()
+        .map(|id| start_over(redlock(&urls, id), id))
+        .collect();
+    settled(&replicas, &mut fences).await;
+    let before = owners(&replicas, &mut fences);
+    // Each shard's lease is held on every node, each with the term's one fence.
+    for (s, (owner, fence)) in &before {
+        let key = format!("leaderd:{{{NAME}}}:shard:{s}");
+        for n in &nodes {
+            assert_eq!(n.cmd(&["HGET", &key, "holder"]), *owner);
+            assert_eq!(n.cmd(&["HGET", &key, "fence"]), fence.to_string());
+        }
+    }
+    // One renew per node per retry_period for all of a replica's shards: in 1 s (5 retry
+    // periods) about 3 x 5 scripts on a node with the registry's, not one per shard.
+    assert_eq!(nodes[0].cmd(&["CONFIG", "RESETSTAT"]), "OK");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let scripts = script_calls(&nodes[0]);
+    assert!(scripts <= 3 * 9, "{scripts} scripts in 1 s on one node");
+
+    // One node killed: every shard kept by its term, renewed past its first validity.
+    nodes[2].stop();
+    let killed = Instant::now();
+    while killed.elapsed() < LEASE * 2 {
+        assert_eq!(
+            owners(&replicas, &mut fences),
+            before,
+            "a dead node moved a shard"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reader = redlock(&urls, "reader");
+    let read = reader.read_shards(SHARDS, Duration::from_millis(500)).await;
+    for (s, seen) in read.expect("read on two nodes").iter().enumerate() {
+        let Observed::Held(h) = seen else {
+            panic!("shard {s}: {seen:?}");
+        };
+        assert_eq!(Some(&(h.holder.clone(), h.fence)), before.get(&(s as u32)));
+    }
+    nodes[2].start_again(); // empty
+
+    // c shuts down: its shards are released to their next targets at once.
+    let c = replicas.pop().expect("c");
+    let had: Vec<u32> = c.owned.borrow().iter().map(|o| o.shard).collect();
+    assert!(!had.is_empty());
+    c.stop.cancel();
+    let left = Instant::now();
+    while !had
+        .iter()
+        .all(|s| owners(&replicas, &mut fences).contains_key(s))
+    {
+        assert!(left.elapsed() < LEASE / 2, "c's shards not owned again");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    c.task.await.expect("c's task");
+    settled(&replicas, &mut fences).await;
+
+    // b dies: each of its shards is taken by a only after b's validity, with a higher fence.
+    let b = replicas.pop().expect("b");
+    b.task.abort();
+    let _ = b.task.await;
+    let dead = b.owned.borrow().clone();
+    settled(&replicas, &mut fences).await;
+    let a_owns = replicas[0].owned.borrow().clone();
+    for o in &dead {
+        let new = a_owns
+            .iter()
+            .find(|n| n.shard == o.shard)
+            .expect("taken by a");
+        assert!(
+            new.fence > o.fence,
+            "shard {}: {} then {}",
+            o.shard,
+            o.fence,
+            new.fence
+        );
+        assert!(
+            new.acquired_at > o.valid_until_wall,
+            "shard {} taken early",
+            o.shard
         );
     }
     replicas[0].stop.cancel();

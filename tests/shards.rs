@@ -1,7 +1,8 @@
 //! A sharded election's leases (README, "Shards") against real redis-server processes: one
 //! fence counter for every shard, the reserved release per shard, one renew of every owned
 //! shard, one read of every shard, the election-wide quarantine after data loss, and the
-//! keys in one Cluster slot.
+//! keys in one Cluster slot; over Redlock, a shard a majority neither extended nor lost keeps
+//! its validity and is taken back where it was lost.
 
 mod support;
 
@@ -9,8 +10,10 @@ use std::time::Duration;
 
 use leaderd::connection::Topology;
 use leaderd::handover::Reservation;
-use leaderd::shard::{ShardRenewal, ShardTerm};
-use leaderd::{Acquire, Backend, Lease, LeaseClient, LeaseSpec, Observed, RedisSpec, Term};
+use leaderd::shard::{ShardLeases, ShardRenewal, ShardTerm};
+use leaderd::{
+    Acquire, Backend, Lease, LeaseClient, LeaseSpec, Observed, RedisSpec, RedlockClient, Term,
+};
 use support::locks::{bounded, BOUND};
 use support::{seed_fence, RedisServer, RespConn};
 use tokio::time::Instant;
@@ -332,4 +335,60 @@ fn in_a_cluster_every_shard_key_is_in_the_election_slot() {
             assert_eq!(held(s), Some(("a", o.term.fence)));
         }
     });
+}
+
+/// Redlock, 3 nodes: shard 3 held on all; node 2 down and the shard's key gone on node 0.
+/// The renew extends it on node 1 only: neither renewed nor lost (`Unconfirmed`, validity
+/// unchanged), and node 0 is taken back for the term, so the next renew confirms it.
+#[tokio::test]
+async fn over_redlock_a_shard_extended_on_no_majority_keeps_its_validity_and_is_taken_back() {
+    let name = "sh-redlock-split";
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for n in &nodes {
+        seed_fence(n, name);
+    }
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let spec = LeaseSpec::new(name, "a", Duration::from_secs(2))
+        .with_command_timeout(Duration::from_millis(200));
+    let c = RedlockClient::connect(&urls, spec).expect("redlock client");
+    let budget = c.default_budget();
+    let Acquire::Acquired(term) = bounded("acquire", c.try_acquire_shard(3, budget))
+        .await
+        .expect("acquire")
+    else {
+        panic!("shard 3 not granted");
+    };
+    let key = format!("leaderd:{{{name}}}:shard:3");
+    for n in &nodes {
+        assert_eq!(n.cmd(&["HGET", &key, "fence"]), term.fence.to_string());
+    }
+    nodes[2].stop();
+    assert_eq!(nodes[0].cmd(&["DEL", &key]), "1");
+    let mut owned = vec![ShardTerm { shard: 3, term }];
+    let before = owned[0].term.valid_until;
+    let renewed = bounded("renew", c.renew_shards(&mut owned, budget)).await;
+    assert_eq!(
+        renewed.expect("a majority answered"),
+        [ShardRenewal::Unconfirmed]
+    );
+    assert_eq!(
+        owned[0].term.valid_until, before,
+        "an unconfirmed renew moved the validity"
+    );
+    assert_eq!(nodes[0].cmd(&["HGET", &key, "holder"]), "a");
+    assert_eq!(
+        nodes[0].cmd(&["HGET", &key, "fence"]),
+        owned[0].term.fence.to_string()
+    );
+    let renewed = bounded("renew", c.renew_shards(&mut owned, budget)).await;
+    assert_eq!(
+        renewed.expect("a majority answered"),
+        [ShardRenewal::Renewed]
+    );
+    assert!(owned[0].term.valid_until > before);
+    // Lost on a majority: lost.
+    assert_eq!(nodes[1].cmd(&["DEL", &key]), "1");
+    assert_eq!(nodes[0].cmd(&["DEL", &key]), "1");
+    let renewed = bounded("renew", c.renew_shards(&mut owned, budget)).await;
+    assert_eq!(renewed.expect("a majority answered"), [ShardRenewal::Lost]);
 }

@@ -24,6 +24,17 @@ fn replica(redis: &RedisServer, id: &str) -> Daemon {
     Daemon::spawn(&opts)
 }
 
+/// A replica over the Redlock of `nodes`.
+fn redlock_replica(nodes: &[RedisServer], id: &str) -> Daemon {
+    let mut opts = DaemonOpts::new(NAME, id, "");
+    let urls: Vec<String> = nodes.iter().map(|n| format!("\"{}\"", n.url())).collect();
+    opts.extra_yaml = format!(
+        "redis:\n  mode: redlock\n  urls: [{}]\nelection:\n  shards: {SHARDS}\n",
+        urls.join(", ")
+    );
+    Daemon::spawn(&opts)
+}
+
 /// One row of `GET /shards`: shard, owner, target.
 type Row = (u64, Option<String>, Option<String>);
 
@@ -233,8 +244,73 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
     );
 }
 
+/// Over a Redlock of 3 nodes: settled to the assignment; a node killed changes no owner and
+/// no fence; SIGTERM moves every shard of the leaver at once, SIGKILL each after its
+/// validity; no two claims of one shard overlap, each shard's fences increase.
 #[test]
-fn proxy_and_redlock_are_refused_with_shards() {
+fn redlock_replicas_settle_keep_their_shards_without_a_node_and_take_over_leavers() {
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let ids = ["r1", "r2", "r3"];
+    let mut r: Vec<Daemon> = ids.iter().map(|id| redlock_replica(&nodes, id)).collect();
+    settle_to(&r[0], &ids);
+    let out = r[0].cli(&["status"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let fences = |d: &Daemon| d.status_doc().expect("doc")["shards"]["owned"].clone();
+    let before: Vec<Value> = r.iter().map(fences).collect();
+
+    nodes[2].stop();
+    std::thread::sleep(Duration::from_secs(3)); // past every shard's validity of before
+    let after: Vec<Value> = r.iter().map(fences).collect();
+    let shards_of = |v: &[Value]| -> Vec<(u64, u64)> {
+        let owned = v
+            .iter()
+            .flat_map(|o| o.as_array().cloned().unwrap_or_default());
+        owned
+            .map(|o| {
+                (
+                    o["shard"].as_u64().unwrap_or(0),
+                    o["fence"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        shards_of(&after),
+        shards_of(&before),
+        "a dead node moved a shard"
+    );
+    assert_eq!(shards_of(&after).len(), SHARDS as usize);
+    assert!(r.iter().all(|d| d.events_named("stepped_down").is_empty()));
+    nodes[2].start_again();
+
+    let leaving = owned_in_doc(&r[2]);
+    r[2].signal(Signal::SIGTERM);
+    let took = moved(&r[0], &leaving, &["r1", "r2"], Duration::from_secs(2));
+    assert!(
+        took < Duration::from_millis(1500),
+        "SIGTERM moves took {took:?}"
+    );
+    assert_eq!(r[2].wait_exit(Duration::from_secs(10)), Some(0));
+    settle_to(&r[0], &["r1", "r2"]);
+
+    let dead = owned_in_doc(&r[1]);
+    r[1].kill();
+    moved(&r[0], &dead, &["r1"], SETTLE);
+    r[0].signal(Signal::SIGTERM);
+    assert_eq!(r[0].wait_exit(Duration::from_secs(10)), Some(0));
+
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    let least = SHARDS as usize + leaving.len() + dead.len();
+    assert!(
+        terms.len() >= least,
+        "only {} shard terms, want >= {least}",
+        terms.len()
+    );
+}
+
+#[test]
+fn proxy_is_refused_with_shards() {
     let redis = RedisServer::start();
     let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
     opts.extra_yaml = format!("election:\n  shards: {SHARDS}\nproxy:\n  listen: 127.0.0.1:0\n");

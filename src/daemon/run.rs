@@ -35,9 +35,6 @@ pub(crate) enum DaemonError {
     /// `proxy.listen` cannot be bound (exit 1).
     #[error(transparent)]
     ProxyListen(#[from] crate::daemon::proxy::ProxyError),
-    /// A sharded election needs one Redis (single, Sentinel or Cluster) (exit 2).
-    #[error("election.shards: not supported with redis.mode redlock yet")]
-    ShardsOnRedlock,
 }
 
 /// What the configuration allows but probably did not mean; one line each, naming the key.
@@ -109,11 +106,7 @@ pub(crate) async fn run(
 ) -> Result<i32, DaemonError> {
     let lease = Arc::new(backend(&config)?);
     if config.election.shards > 0 {
-        let Backend::Redis(client) = &*lease else {
-            return Err(DaemonError::ShardsOnRedlock);
-        };
-        let client = client.for_lease(client.spec().clone());
-        return Ok(sharded::run(lease, client, config, listener, shutdown, yields).await);
+        return Ok(sharded::run(lease, config, listener, shutdown, yields).await);
     }
     let proxy = crate::daemon::proxy::bind(&config).await?;
     Ok(run_with(lease, config, listener, proxy, shutdown, yields).await)

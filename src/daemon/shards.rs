@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::daemon::config::Config;
-use crate::lease::{LeaseClient, LeaseError, Observed};
-use crate::shard::Assignment;
+use crate::lease::{LeaseError, Observed};
+use crate::shard::{Assignment, ShardLeases};
 
 /// One shard as read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -23,8 +23,8 @@ pub(crate) struct ShardRow {
 }
 
 /// Every shard of `config`'s election, read from Redis within `budget` per call.
-pub(crate) async fn read(
-    client: &LeaseClient,
+pub(crate) async fn read<C: ShardLeases>(
+    client: &C,
     config: &Config,
     budget: Duration,
 ) -> Result<Vec<ShardRow>, LeaseError> {

@@ -36,11 +36,15 @@ pub struct ShardTerm {
 
 /// What one renew of every owned shard ([`LeaseClient::renew_shards`]) did to one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ShardRenewal {
     /// Extended: the term's validity moved forward, counted from when the renew was sent.
     Renewed,
     /// The shard's lease is gone or another term's: step down for it at once.
     Lost,
+    /// Neither (Redlock: not extended on a majority, nor gone on one): the shard keeps its
+    /// validity and deadline; a later renew may confirm it.
+    Unconfirmed,
 }
 
 impl LeaseSpec {

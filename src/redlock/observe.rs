@@ -14,27 +14,26 @@ impl RedlockClient {
     /// majority of nodes answered.
     pub(super) async fn observe_round(&self, budget: Duration) -> Result<Observed, LeaseError> {
         let t = self.per_node(budget);
-        let q = self.quorum();
         let seen = self.all(|node| self.observe_node(node, t)).await;
+        let seen = self.answers_of_majority("observe", seen)?;
+        Ok(self.tally(seen.into_iter().map(|(_, s)| s)))
+    }
+
+    /// One lease as the nodes that answered (a majority) see it: vacant when a majority has
+    /// it free, else [`Self::summarize`] of the others.
+    pub(super) fn tally(&self, seen: impl IntoIterator<Item = Observed>) -> Observed {
         let mut free = 0;
         let mut held = Vec::new();
-        let mut errors = Vec::new();
-        for (i, s) in seen.into_iter().enumerate() {
-            let failure = s.as_ref().err();
-            self.note(i, failure);
+        for s in seen {
             match s {
-                Ok(Observed::Vacant) => free += 1,
-                Ok(other) => held.push(other),
-                Err(err) => errors.push((i, err)),
+                Observed::Vacant => free += 1,
+                other => held.push(other),
             }
         }
-        if free + held.len() < q {
-            return Err(self.unavailable("observe", free + held.len(), &errors));
+        if free >= self.quorum() {
+            return Observed::Vacant;
         }
-        if free >= q {
-            return Ok(Observed::Vacant);
-        }
-        Ok(self.summarize(&held, free))
+        self.summarize(&held, free)
     }
 
     async fn observe_node(&self, node: &Node, t: Duration) -> Result<Observed, LeaseError> {
@@ -44,22 +43,14 @@ impl RedlockClient {
     /// The lease as the nodes' heartbeats read it, summarized like [`Self::observe_round`]
     /// (the caller made sure a majority answered); `None` when a node did not report it.
     pub(super) fn lease_of_rosters(&self, rosters: &[Roster]) -> Option<(Observed, Instant)> {
-        let mut free = 0;
-        let mut held = Vec::new();
+        let mut seen = Vec::new();
         let mut sent: Option<Instant> = None;
         for r in rosters {
-            let (seen, at) = r.lease.clone()?;
+            let (lease, at) = r.lease.clone()?;
             sent = Some(sent.map_or(at, |s| s.min(at)));
-            match seen {
-                Observed::Vacant => free += 1,
-                other => held.push(other),
-            }
+            seen.push(lease);
         }
-        let seen = if free >= self.quorum() {
-            Observed::Vacant
-        } else {
-            self.summarize(&held, free)
-        };
+        let seen = self.tally(seen);
         Some((seen, sent?))
     }
 }

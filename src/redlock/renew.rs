@@ -75,7 +75,7 @@ impl RedlockClient {
     /// acquire script, so a node takes it only when the lease is free there and not
     /// quarantined, then gets the term's fence. Safe: holding more nodes only keeps others
     /// out, and counters only go up.
-    async fn rejoin(&self, term: &Term, which: &[usize], t: Duration) {
+    pub(super) async fn rejoin(&self, term: &Term, which: &[usize], t: Duration) {
         join_all(which.iter().map(|&i| async move {
             let node = &self.nodes[i];
             let regained = node

@@ -23,6 +23,27 @@ impl RedlockClient {
         join_all(self.nodes.iter().map(f)).await
     }
 
+    /// The answers of the nodes that answered, with their index, when a majority did; each
+    /// node's failure or recovery noted.
+    pub(super) fn answers_of_majority<T>(
+        &self,
+        what: &str,
+        answers: Vec<Result<T, LeaseError>>,
+    ) -> Result<Vec<(usize, T)>, LeaseError> {
+        let (mut good, mut errors) = (Vec::new(), Vec::new());
+        for (i, answer) in answers.into_iter().enumerate() {
+            self.note(i, answer.as_ref().err());
+            match answer {
+                Ok(a) => good.push((i, a)),
+                Err(err) => errors.push((i, err)),
+            }
+        }
+        if good.len() < self.quorum() {
+            return Err(self.unavailable(what, good.len(), &errors));
+        }
+        Ok(good)
+    }
+
     /// What to report when no attempt won, from the nodes that are not free (`held`): the
     /// most common holder, if it can be leading (with the nodes that did not answer, it may
     /// hold a majority), with its highest fence; likewise a reservation; otherwise

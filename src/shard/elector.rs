@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::NoEvents;
 use super::members::Members;
-use super::{Assignment, ShardEvents, ShardRenewal, ShardStepDown, ShardTerm};
-use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient, Observed};
+use super::{Assignment, ShardEvents, ShardLeases, ShardRenewal, ShardStepDown, ShardTerm};
+use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, LeaseClient, Observed};
 use crate::lease::{Announcement, LeaseError, Reservation};
 
 /// The shape and timing of a sharded election.
@@ -94,9 +94,10 @@ async fn step_down_on_time(owned: Arc<watch::Sender<Vec<OwnedShard>>>) {
 /// A wait with nothing to wait for.
 const LONG: Duration = Duration::from_secs(3600);
 
-/// The elector: see the module documentation.
-pub struct ShardElector {
-    client: LeaseClient,
+/// The elector: see the module documentation. Over one Redis, Sentinel or Cluster
+/// ([`LeaseClient`]) or Redlock ([`crate::RedlockClient`]: a majority per shard).
+pub struct ShardElector<C = LeaseClient> {
+    client: C,
     policy: ShardPolicy,
     owned: Arc<watch::Sender<Vec<OwnedShard>>>,
     held: Vec<ShardTerm>,
@@ -114,9 +115,9 @@ pub struct ShardElector {
     sit_out_until: Option<Instant>,
 }
 
-impl ShardElector {
+impl<C: ShardLeases> ShardElector<C> {
     /// An elector for the shards of `client`'s election, as `client`'s holder.
-    pub fn new(client: LeaseClient, policy: ShardPolicy) -> ShardElector {
+    pub fn new(client: C, policy: ShardPolicy) -> Self {
         let assignment = Assignment::compute::<&str>(&client.spec().name, policy.shards, &[], 0);
         ShardElector {
             client,
@@ -136,21 +137,21 @@ impl ShardElector {
     }
 
     /// The same elector, telling `events` of every shard's term.
-    pub fn with_events(mut self, events: Arc<dyn ShardEvents>) -> ShardElector {
+    pub fn with_events(mut self, events: Arc<dyn ShardEvents>) -> Self {
         self.events = events;
         self
     }
 
     /// The same elector, a member only while `healthy` says true: unhealthy, it hands every
     /// shard over (reason `yield`) and takes none.
-    pub fn with_health(mut self, healthy: watch::Receiver<bool>) -> ShardElector {
+    pub fn with_health(mut self, healthy: watch::Receiver<bool>) -> Self {
         self.healthy = Some(healthy);
         self
     }
 
     /// The same elector, yielding at each message of `yields` (SIGUSR1): every shard handed
     /// over (reason `yield`), then no shard taken for one `lease_duration`.
-    pub fn with_yields(mut self, yields: mpsc::Receiver<()>) -> ShardElector {
+    pub fn with_yields(mut self, yields: mpsc::Receiver<()>) -> Self {
         self.yields = Some(yields);
         self
     }
@@ -318,17 +319,21 @@ impl ShardElector {
         // stepped down then (`step_down_on_time`); its term ends here and is released.
         let now = Instant::now();
         let (mut kept, mut lost, mut late) = (Vec::new(), Vec::new(), Vec::new());
+        let mut unconfirmed = Vec::new(); // each keeps its validity and deadline
         let renewed = std::mem::take(&mut self.held).into_iter().zip(results);
         for ((held, result), deadline) in renewed.zip(deadlines) {
             match result {
                 ShardRenewal::Renewed if deadline > now => kept.push(held),
                 ShardRenewal::Renewed => late.push(held),
-                _ => lost.push(held),
+                ShardRenewal::Lost => lost.push(held),
+                _ => unconfirmed.push(held),
             }
         }
+        let renewed = kept.len();
         self.held = kept;
+        self.held.append(&mut unconfirmed);
         self.publish();
-        for held in &self.held {
+        for held in &self.held[..renewed] {
             self.events.renewed(&self.owned_of(held));
         }
         self.ended(&lost, ShardStepDown::Lost);
@@ -420,10 +425,8 @@ impl ShardElector {
             successor,
             window: self.policy.handover_window,
         });
-        let shard = self.client.shard(held.shard);
-        shard
-            .release_to(&held.term, reservation, self.budget())
-            .await
+        let budget = self.budget();
+        self.client.release_shard(held, reservation, budget).await
     }
 
     /// Reads every shard and tries those that are this replica's to take: its targets when
@@ -467,7 +470,7 @@ impl ShardElector {
                 next = next.min(free_at);
                 continue;
             }
-            if let Ok(Acquire::Acquired(term)) = self.client.shard(shard).try_acquire(budget).await
+            if let Ok(Acquire::Acquired(term)) = self.client.try_acquire_shard(shard, budget).await
             {
                 self.vacant_since.remove(&shard);
                 self.held.push(ShardTerm { shard, term });

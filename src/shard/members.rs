@@ -53,12 +53,12 @@ fn is_member(c: &Candidate) -> bool {
 #[cfg(feature = "daemon")]
 /// The members as Redis says now (the registry read, then its index for who is fresh within
 /// `lease_duration / 2`), for a reader that is not an elector (`leaderd status`, `GET /shards`).
-pub(crate) async fn read_now(
-    client: &crate::lease::LeaseClient,
+pub(crate) async fn read_now<C: super::ShardLeases>(
+    client: &C,
     lease_duration: Duration,
     budget: Duration,
 ) -> Result<Vec<String>, crate::lease::LeaseError> {
-    use crate::lease::{Heartbeat, Lease};
+    use crate::lease::Heartbeat;
     let roster = client.heartbeat(Heartbeat::Read, budget).await?;
     let window = lease_duration.as_millis() as u64 / 2;
     let since = roster.now_ms.saturating_sub(window);

@@ -6,7 +6,9 @@
 //!
 //! Options (environment): `CHAOS_SECONDS`, `CHAOS_SEED` (the fault schedule's random seed),
 //! `CHAOS_EXEC=1` (replicas run a child in exec mode that writes `<unix_ms> <fence>` lines,
-//! checked against the terms), `CHAOS_OUT` (default `target/tmp/chaos-<label>`).
+//! checked against the terms), `CHAOS_SHARDS=N` (a sharded election of N shards, README
+//! "Shards": every check per shard, and in exec mode one child per owned shard, writing
+//! `<unix_ms> <fence> <shard>`), `CHAOS_OUT` (default `target/tmp/chaos-<label>`).
 // Each mode (chaos.rs, chaos_sentinel.rs, chaos_redlock.rs) compiles this harness and
 // injects its own kinds of fault: what one mode leaves unused (a `Kind`, `Replicas::inject`,
 // `handover_in_background`) another uses, so unused items are not reported here.
@@ -22,8 +24,8 @@ use nix::sys::signal::Signal;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::support::safety::never_valid_from_logs;
-use crate::support::{check_logs, now_ms, Daemon, DaemonOpts};
+use crate::support::safety::{check_logs_with, never_valid_from_logs, Fences};
+use crate::support::{now_ms, Daemon, DaemonOpts};
 
 pub const REPLICAS: usize = 5;
 pub const NAME: &str = "chaos";
@@ -34,6 +36,8 @@ pub struct Settings {
     pub min_transitions: usize,
     pub seed: u64,
     pub exec: bool,
+    /// 0: one lease; N: a sharded election of N shards.
+    pub shards: u32,
     pub out: PathBuf,
 }
 
@@ -47,6 +51,7 @@ impl Settings {
                 .map_or(min_transitions, |n| n as usize),
             seed: env_u64("CHAOS_SEED").unwrap_or_else(|| rand::rng().random()),
             exec: std::env::var("CHAOS_EXEC").is_ok_and(|v| v == "1"),
+            shards: env_u64("CHAOS_SHARDS").map_or(0, |n| n as u32),
             // Absolute: the replicas (and their exec-mode children) run in their own dirs.
             out: std::env::var_os("CHAOS_OUT").map_or_else(
                 || Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-{label}")),
@@ -199,6 +204,22 @@ pub trait ChaosWorld {
     fn settle(&self) -> Duration;
     /// The fault kinds this mode injects (the picture's legend).
     fn kinds(&self) -> &'static [Kind];
+
+    /// Which fences the mode makes unique (one Redis: every fence of the election).
+    fn fences(&self) -> Fences {
+        Fences::OneCounter
+    }
+}
+
+/// The lease whose holder faults aim at: the election's one lease, or in a sharded election
+/// the shard of this second (every replica owns some).
+pub fn lease_key(shards: u32) -> String {
+    let keys = crate::support::keys(NAME);
+    if shards == 0 {
+        return keys.lock;
+    }
+    let shard = now_ms() / 1000 % u64::from(shards);
+    keys.lock.replace(":lock", &format!(":shard:{shard}"))
 }
 
 /// The election's timings, as config values.
@@ -218,27 +239,36 @@ pub fn daemon_opts(s: &Settings, i: usize, url: &str, redis_yaml: &str, t: &Timi
     o.retry = t.retry.into();
     o.command_timeout = t.command_timeout.into();
     o.extra_yaml = redis_yaml.into();
+    if s.shards > 0 {
+        o.extra_yaml += &format!("election:\n  shards: {}\n", s.shards);
+    }
     if s.exec {
         let out = s.out.join(format!("child-r{i}.txt"));
         o.env
             .push(("CHAOS_CHILD_OUT".into(), out.display().to_string()));
-        o.exec = vec![
-            "sh".into(),
-            "-c".into(),
-            r#"while :; do echo "$(date +%s%3N) $LEADERD_FENCE" >> "$CHAOS_CHILD_OUT"; sleep 0.02; done"#.into(),
-        ];
+        o.exec = vec!["bash".into(), "-c".into(), CHILD.into()];
         o.extra_yaml += "exec:\n  grace_period: 200ms\n";
     }
     o
 }
+
+/// The exec-mode child: `<unix_ms> <fence> <shard>` every 20 ms, without a process per line
+/// (one child per shard runs at once); it waits on a pipe that never speaks (its writer dies
+/// with the child's process group).
+const CHILD: &str = r#"exec 3< <(exec sleep 86400)
+while :; do
+  t=${EPOCHREALTIME/./}
+  echo "${t:0:-3} $LEADERD_FENCE $LEADERD_SHARD" >> "$CHAOS_CHILD_OUT"
+  read -t 0.02 -u 3 || :
+done"#;
 
 /// Prepares the output directory and the seed's random source.
 pub fn prepare(s: &Settings, mode: &str) -> StdRng {
     let _ = std::fs::remove_dir_all(&s.out);
     std::fs::create_dir_all(&s.out).expect("create the chaos output directory");
     eprintln!(
-        "chaos {} ({mode}): {} replicas, {} s (at least {} transitions), seed {}, exec {}, output {}",
-        s.label, REPLICAS, s.seconds, s.min_transitions, s.seed, s.exec,
+        "chaos {} ({mode}): {} replicas, {} shards, {} s (at least {} transitions), seed {}, exec {}, output {}",
+        s.label, REPLICAS, s.shards, s.seconds, s.min_transitions, s.seed, s.exec,
         s.out.display()
     );
     StdRng::seed_from_u64(s.seed)
@@ -311,12 +341,13 @@ fn check_and_report(
     steps: &[clock::Step],
     (started_ms, ended_ms): (u64, u64),
 ) {
+    let fences = world.fences();
     let daemons = &mut world.replicas().daemons;
     let logs: Vec<_> = daemons.iter().map(Daemon::safety_log).collect();
     for (i, d) in daemons.iter().enumerate() {
         let _ = std::fs::copy(d.log_path(), s.out.join(format!("r{i}.log")));
     }
-    let (terms, mut violations) = match check_logs(&logs) {
+    let (terms, mut violations) = match check_logs_with(&logs, fences) {
         Ok(terms) => (terms, Vec::new()),
         Err(e) => (
             crate::support::terms_from_logs(&logs),

@@ -46,9 +46,13 @@ impl Run<'_> {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "chaos {} ({}, seed {}, exec {}): {}",
+            "chaos {} ({}{}, seed {}, exec {}): {}",
             s.label,
             self.mode,
+            match s.shards {
+                0 => String::new(),
+                n => format!(", {n} shards"),
+            },
             s.seed,
             s.exec,
             self.line()
@@ -72,10 +76,15 @@ impl Run<'_> {
             .iter()
             .map(|t| t.claim_end_ms().saturating_sub(t.acquired_at_ms))
             .sum();
+        let leases = self.settings.shards.max(1);
+        let who = match self.settings.shards {
+            0 => "someone claimed leadership".to_owned(),
+            n => format!("{n} shards: each claimed by someone"),
+        };
         let _ = writeln!(
             out,
-            "someone claimed leadership {:.1}% of the time; fences {} .. {}",
-            100.0 * led as f64 / (self.to - self.from).max(1) as f64,
+            "{who} {:.1}% of the time on average; fences {} .. {}",
+            100.0 * led as f64 / (self.to - self.from).max(1) as f64 / f64::from(leases),
             terms.first().map_or(0, |t| t.fence),
             terms.last().map_or(0, |t| t.fence)
         );
@@ -146,13 +155,17 @@ pub fn check_children(
     faults: &[Fault],
     steps: &[Step],
 ) -> (Vec<String>, Vec<String>) {
+    // Each term ends at the latest when the next term of its lease (shard) begins.
     let mut sorted: Vec<&Term> = terms.iter().collect();
-    sorted.sort_by_key(|t| (t.acquired_at_ms, t.fence));
-    let mut bounds: BTreeMap<u64, (String, u64, u64)> = BTreeMap::new();
+    sorted.sort_by_key(|t| (t.shard, t.acquired_at_ms, t.fence));
+    let mut bounds: BTreeMap<(Option<u64>, u64), (String, u64, u64)> = BTreeMap::new();
     for (k, t) in sorted.iter().enumerate() {
-        let next = sorted.get(k + 1).map_or(u64::MAX, |n| n.acquired_at_ms);
+        let next = sorted
+            .get(k + 1)
+            .filter(|n| n.shard == t.shard)
+            .map_or(u64::MAX, |n| n.acquired_at_ms);
         bounds.insert(
-            t.fence,
+            (t.shard, t.fence),
             (
                 t.replica.clone(),
                 t.acquired_at_ms,
@@ -176,21 +189,23 @@ pub fn check_children(
             ) else {
                 continue;
             };
+            let shard = parts.next().and_then(|v| v.parse::<u64>().ok());
             lines_seen += 1;
-            match bounds.get(&fence) {
+            let fence_of = shard.map_or(format!("{fence}"), |s| format!("{fence} (shard {s})"));
+            match bounds.get(&(shard, fence)) {
                 None => out.push(format!(
-                    "r{i}: a child wrote fence {fence} at {ts}, a fence no term was granted"
+                    "r{i}: a child wrote fence {fence_of} at {ts}, a fence no term was granted"
                 )),
                 Some((who, _, to)) if *who == me && ts > *to && {
                     let moved = moved_between(steps, to.saturating_sub(VALIDITY_SPAN_MS), ts);
                     moved > 0 && ts <= to + moved as u64
                 } => excused.push(format!(
-                    "r{i}: a child of fence {fence} wrote at {ts}, {} ms past its term's end {to}, within the wall clock's step forward since",
+                    "r{i}: a child of fence {fence_of} wrote at {ts}, {} ms past its term's end {to}, within the wall clock's step forward since",
                     ts - to
                 )),
                 Some((who, from, to)) if ts < *from || ts > *to || *who != me => {
                     let mut v = format!(
-                        "r{i}: a child of fence {fence} was alive at {ts}, outside its term [{from}, {to}] ({who})"
+                        "r{i}: a child of fence {fence_of} was alive at {ts}, outside its term [{from}, {to}] ({who})"
                     );
                     if told.insert(fence) {
                         v += &term_story(s, i, fence, faults, (*from, ts));

@@ -151,6 +151,21 @@ fn describe(t: &Term) -> String {
 ///
 /// The error lists every violation, one per line.
 pub fn check_no_overlap(terms: &[Term]) -> Result<(), String> {
+    check_terms(terms, Fences::OneCounter)
+}
+
+/// Which fences a mode makes unique.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fences {
+    /// One Redis: one counter numbers every term of every shard, so no fence repeats.
+    OneCounter,
+    /// Redlock: each node has its counter and a term's fence is its majority's highest, so
+    /// terms of two shards may share one; per shard they strictly increase.
+    PerLease,
+}
+
+/// [`check_no_overlap`], with the fence rule of `fences`.
+pub fn check_terms(terms: &[Term], fences: Fences) -> Result<(), String> {
     let mut sorted: Vec<&Term> = terms.iter().collect();
     sorted.sort_by_key(|t| (t.acquired_at_ms, t.fence));
     let mut violations = Vec::new();
@@ -161,13 +176,14 @@ pub fn check_no_overlap(terms: &[Term]) -> Result<(), String> {
     let mut leases: Vec<_> = by_lease.into_iter().collect();
     leases.sort_by_key(|(shard, _)| *shard);
 
-    let mut by_fence: HashMap<u64, Vec<&Term>> = HashMap::new();
+    let mut by_fence: HashMap<(Option<u64>, u64), Vec<&Term>> = HashMap::new();
     for t in &sorted {
-        by_fence.entry(t.fence).or_default().push(t);
+        let lease = (fences == Fences::PerLease).then_some(t.shard).flatten();
+        by_fence.entry((lease, t.fence)).or_default().push(t);
     }
     let mut dup: Vec<_> = by_fence.iter().filter(|(_, v)| v.len() > 1).collect();
     dup.sort_by_key(|(f, _)| **f);
-    for (fence, ts) in dup {
+    for ((_, fence), ts) in dup {
         let who: Vec<String> = ts.iter().map(|t| describe(t)).collect();
         violations.push(format!(
             "fence {fence} acquired {} times: {}",
@@ -223,8 +239,13 @@ fn check_one_lease(sorted: &[&Term], violations: &mut Vec<String>) {
 /// `renewed` / `stepped_down` lines whose fence has no `acquired` line in that replica's log.
 /// Returns the terms when everything holds.
 pub fn check_logs(logs: &[(String, Vec<Value>)]) -> Result<Vec<Term>, String> {
+    check_logs_with(logs, Fences::OneCounter)
+}
+
+/// [`check_logs`] with the fence rule of `fences`.
+pub fn check_logs_with(logs: &[(String, Vec<Value>)], fences: Fences) -> Result<Vec<Term>, String> {
     let (terms, mut problems, _) = build(logs);
-    if let Err(e) = check_no_overlap(&terms) {
+    if let Err(e) = check_terms(&terms, fences) {
         problems.push(e);
     }
     if problems.is_empty() {

@@ -192,8 +192,7 @@ pub(super) fn across(r: &mut Problems, c: &Config) {
     shards(r, c);
 }
 
-/// A sharded election (README, "Shards") has no one leader to proxy to, and runs on one
-/// Redis (single, Sentinel or Cluster) for now.
+/// A sharded election (README, "Shards") has no one leader to proxy to.
 fn shards(r: &mut Problems, c: &Config) {
     let n = c.election.shards;
     if n == 0 || !r.all_valid(&["election.shards"]) {
@@ -202,10 +201,6 @@ fn shards(r: &mut Problems, c: &Config) {
     if c.proxy.listen.is_some() && r.all_valid(&["proxy.listen"]) {
         let msg = format!("proxy.listen: not allowed with election.shards ({n}): the proxy is not shard-aware (leave proxy.listen out, or set election.shards to 0)");
         r.problem("proxy.listen", msg);
-    }
-    if r.all_valid(&["redis.mode"]) && c.redis.mode == ModeName::Redlock {
-        let msg = format!("election.shards: {n} is not supported with redis.mode redlock yet (allowed with shards: single, sentinel or cluster; or set election.shards to 0)");
-        r.problem("election.shards", msg);
     }
 }
 

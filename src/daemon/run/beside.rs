@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::Backend;
 use crate::daemon::config::{Config, OnChange};
 use crate::daemon::hooks::HookSink;
 use crate::daemon::metrics::Metrics;
@@ -17,7 +18,7 @@ use crate::daemon::proxy::LocalGate;
 use crate::daemon::report::{Outputs, Reporter};
 use crate::daemon::state::{Progress, Snapshot};
 use crate::daemon::{candidacy, eviction};
-use crate::lease::{Lease, LeaseClient, Roster};
+use crate::lease::{Lease, Roster};
 
 /// What the elector takes from what runs beside it.
 pub(super) struct Feeds {
@@ -47,7 +48,7 @@ pub(super) struct Running {
 struct Parts<'a, L> {
     lease: &'a Arc<L>,
     /// A sharded election's client (README, "Shards").
-    sharded: Option<&'a LeaseClient>,
+    sharded: Option<&'a Backend>,
     config: &'a Config,
     state: watch::Receiver<Snapshot>,
     metrics: Arc<Metrics>,
@@ -60,7 +61,7 @@ impl Running {
     /// the client of a sharded election, whose elector keeps its own registry entry.
     pub(super) fn start<L: Lease>(
         lease: &Arc<L>,
-        sharded: Option<&LeaseClient>,
+        sharded: Option<&Backend>,
         config: &Config,
         listener: Option<TcpListener>,
         proxy: Option<TcpListener>,
@@ -172,9 +173,7 @@ impl<L: Lease> Parts<'_, L> {
             metrics: self.metrics.clone(),
             max_connections: config.publish.max_connections,
             candidates: Some(candidates_reader(self.lease.clone(), config)),
-            shards: self
-                .sharded
-                .map(|c| shards_reader(c.for_lease(c.spec().clone()), config)),
+            shards: self.sharded.map(|c| shards_reader(c.twin(), config)),
         };
         match crate::daemon::http::serve_apart(listener, ctx, stop.clone()) {
             Ok(served) => Some(Box::pin(served)),
@@ -312,7 +311,7 @@ fn candidates_reader<L: Lease>(
 }
 
 /// `GET /shards`: every shard read from Redis when asked, within the command timeout.
-fn shards_reader(client: LeaseClient, config: &Config) -> crate::daemon::http::ReadCandidates {
+fn shards_reader(client: Backend, config: &Config) -> crate::daemon::http::ReadCandidates {
     use crate::daemon::http::CandidatesError;
     let (client, config) = (Arc::new(client), Arc::new(config.clone()));
     let budget = config.redis.command_timeout;
@@ -320,7 +319,7 @@ fn shards_reader(client: LeaseClient, config: &Config) -> crate::daemon::http::R
     Arc::new(move || {
         let (client, config) = (client.clone(), config.clone());
         let read = election.spawn(async move {
-            let rows = crate::daemon::shards::read(&client, &config, budget);
+            let rows = crate::daemon::shards::read(&*client, &config, budget);
             let rows = tokio::time::timeout(3 * budget, rows)
                 .await
                 .map_err(|_| CandidatesError::TimedOut)??;

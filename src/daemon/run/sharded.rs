@@ -13,7 +13,6 @@ use crate::daemon::config::Config;
 use crate::daemon::exec::ShardWork;
 use crate::daemon::report::ShardReporter;
 use crate::election::{handover_window, Timing};
-use crate::lease::LeaseClient;
 use crate::shard::{ShardElector, ShardPolicy};
 
 /// The shape and timing of `config`'s sharded election.
@@ -36,23 +35,22 @@ fn policy(config: &Config) -> ShardPolicy {
     }
 }
 
-/// Runs the shard elector over `client` until `shutdown` (exit code 0): it steps down and
+/// Runs the shard elector over its own twin of `lease` until `shutdown` (exit code 0): it steps down and
 /// releases every shard, then what runs beside it stops in order.
 pub(super) async fn run(
     lease: Arc<Backend>,
-    client: LeaseClient,
     config: Config,
     listener: Option<TcpListener>,
     shutdown: CancellationToken,
     yields: mpsc::Receiver<()>,
 ) -> i32 {
     let (running, feeds) =
-        Running::start(&lease, Some(&client), &config, listener, None, &shutdown);
+        Running::start(&lease, Some(&*lease), &config, listener, None, &shutdown);
     let mut reporter = ShardReporter::new(feeds.reporter, config.election.shards);
     if !config.exec.command.is_empty() {
         reporter = reporter.with_work(ShardWork::new(&config));
     }
-    let elector = ShardElector::new(client, policy(&config))
+    let elector = ShardElector::new(lease.twin(), policy(&config))
         .with_events(Arc::new(reporter.clone()))
         .with_health(feeds.healthy)
         .with_yields(yields);

@@ -19,13 +19,8 @@ pub(super) async fn status(
     json: bool,
     budget: Duration,
 ) -> Result<i32, LeaseError> {
-    let Backend::Redis(client) = lease else {
-        return Err(LeaseError::Protocol(
-            "election.shards: not supported with redis.mode redlock yet".into(),
-        ));
-    };
-    let rows = crate::daemon::shards::read(client, config, budget).await?;
-    let roster = client.heartbeat(Heartbeat::Read, budget).await?;
+    let rows = crate::daemon::shards::read(lease, config, budget).await?;
+    let roster = lease.heartbeat(Heartbeat::Read, budget).await?;
     let listed = candidacy::listed(&roster, None);
     if json {
         println!("{}", json_doc(&config.name, &rows, &listed));

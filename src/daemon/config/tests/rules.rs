@@ -462,10 +462,8 @@ fn shards_are_counted_and_refused_where_not_supported() {
             "the proxy is not shard-aware",
         ],
     );
-    one_problem(
-        "name: x\nelection: {shards: 8}\nredis: {mode: redlock, urls: [redis://a, redis://b, redis://c]}",
-        &["election.shards: 8 is not supported with redis.mode redlock"],
-    );
-    // Without shards, the same proxy and mode are fine.
+    // Shards run on Redlock too; without shards, the same proxy is fine.
+    let c = ok("name: x\nelection: {shards: 8}\nredis: {mode: redlock, urls: [redis://a, redis://b, redis://c]}");
+    assert_eq!(c.election.shards, 8);
     ok("name: x\nredis: {mode: redlock, urls: [redis://a, redis://b, redis://c]}");
 }
