@@ -5,18 +5,19 @@
 //! been a member for a heartbeat period, and on shutdown releases each shard reserved for
 //! its next target. What it owns is published as a watch, stepped down before released.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures::future::join_all;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::events::NoEvents;
 use super::members::Members;
+use super::vacancy::{Vacancies, Verdict, Without};
 use super::{Assignment, ShardEvents, ShardRenewal, ShardStepDown, ShardTerm};
-use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient, Observed};
+use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient};
 use crate::lease::{Announcement, LeaseError, Reservation};
 
 /// The shape and timing of a sharded election.
@@ -102,7 +103,7 @@ pub struct ShardElector {
     held: Vec<ShardTerm>,
     members: Members,
     assignment: Assignment,
-    vacant_since: HashMap<u32, Instant>,
+    vacancies: Vacancies,
     started_at_ms: u64,
     /// The shards must be read again: the assignment changed, or a message came.
     read_due: bool,
@@ -125,7 +126,7 @@ impl ShardElector {
             held: Vec::new(),
             members: Members::default(),
             assignment,
-            vacant_since: HashMap::new(),
+            vacancies: Vacancies::default(),
             started_at_ms: unix_ms(SystemTime::now()),
             read_due: true,
             events: Arc::new(NoEvents),
@@ -193,6 +194,7 @@ impl ShardElector {
             if let Some(until) = self.sit_out_until {
                 wake = wake.min(until);
             }
+            wake = self.next_move_at().map_or(wake, |at| wake.min(at));
             let was_out = self.out();
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -415,6 +417,22 @@ impl ShardElector {
         moving.collect()
     }
 
+    /// When the next hand-over falls due: the earliest a held shard's target, another member
+    /// not settled yet, will have been one for a heartbeat period.
+    fn next_move_at(&self) -> Option<Instant> {
+        let (settle, now) = (self.policy.lease_duration / 3, Instant::now());
+        let due = |h: &ShardTerm| {
+            let target = self
+                .assignment
+                .target(h.shard)
+                .filter(|t| *t != self.me())?;
+            self.members
+                .settles_at(target, settle)
+                .filter(|at| *at > now)
+        };
+        self.held.iter().filter_map(due).min()
+    }
+
     async fn release(&self, held: &ShardTerm, to: Option<&str>) -> Result<bool, LeaseError> {
         let reservation = to.map(|successor| Reservation {
             successor,
@@ -426,11 +444,12 @@ impl ShardElector {
             .await
     }
 
-    /// Reads every shard and tries those that are this replica's to take: its targets when
-    /// vacant, any reserved for it, and any vacant for a `retry_period`. Returns when to read
-    /// again (unless a message or a new assignment comes first): the earliest a shard not
-    /// held here can become free as this read saw it (+1 ms), or half a `retry_period` while
-    /// one is vacant, a `retry_period` after a failed read.
+    /// Reads every shard and tries those that are this replica's to take (`Vacancies`): its
+    /// targets when vacant, any reserved for it, at an expiry those whose target is this
+    /// replica without the owner that let it expire, and any vacant long enough; all of them
+    /// at once. Returns when to read again (unless a message or a new assignment comes
+    /// first): the earliest a shard not held here can become free as this read saw it, or
+    /// be taken by anyone; a `retry_period` after a failed read.
     async fn contend(&mut self) -> Instant {
         let (shards, budget) = (self.policy.shards, self.budget());
         self.read_due = false;
@@ -441,43 +460,41 @@ impl ShardElector {
         };
         let now = Instant::now();
         let mut next = now + self.policy.lease_duration;
-        let mut granted = false;
-        let mut fresh = Vec::new();
-        for (shard, seen) in (0..shards).zip(seen) {
+        let (name, p) = (&self.client.spec().name, &self.policy);
+        let mut without = Without::new(&self.assignment, name, p.max_shards_per_replica);
+        let mut tried = Vec::new();
+        for (shard, seen) in (0..shards).zip(&seen) {
             if self.held.iter().any(|h| h.shard == shard) {
                 continue;
             }
-            let mine = self.assignment.target(shard) == Some(self.me());
-            let take = match &seen {
-                Observed::Vacant => {
-                    let since = *self.vacant_since.entry(shard).or_insert(now);
-                    mine || now.duration_since(since) >= self.policy.retry_period
+            let me = &self.client.spec().holder;
+            let judged = self.vacancies.judge(
+                (shard, seen),
+                (sent, now),
+                me,
+                p.retry_period,
+                &mut |id: &str| without.target(shard, id),
+            );
+            match judged {
+                Verdict::Take => tried.push(shard),
+                Verdict::Wait(at) => {
+                    next = next.min(at.unwrap_or(now + p.retry_period / 2));
                 }
-                Observed::Reserved { for_identity, .. } => for_identity == self.me(),
-                _ => false,
-            };
-            if !matches!(seen, Observed::Vacant) {
-                self.vacant_since.remove(&shard);
-            }
-            let free_at = match seen.remaining() {
-                Some(left) if !take => sent + left + Duration::from_millis(1),
-                _ => now + self.policy.retry_period / 2,
-            };
-            if !take {
-                next = next.min(free_at);
-                continue;
-            }
-            if let Ok(Acquire::Acquired(term)) = self.client.shard(shard).try_acquire(budget).await
-            {
-                self.vacant_since.remove(&shard);
-                self.held.push(ShardTerm { shard, term });
-                fresh.push(shard);
-                granted = true;
-            } else {
-                next = next.min(free_at);
             }
         }
-        if granted {
+        let clients: Vec<LeaseClient> = tried.iter().map(|&s| self.client.shard(s)).collect();
+        let replies = join_all(clients.iter().map(|c| c.try_acquire(budget))).await;
+        let mut fresh = Vec::new();
+        for (shard, reply) in tried.into_iter().zip(replies) {
+            if let Ok(Acquire::Acquired(term)) = reply {
+                self.vacancies.taken(shard);
+                self.held.push(ShardTerm { shard, term });
+                fresh.push(shard);
+            } else {
+                next = next.min(Instant::now() + self.policy.retry_period / 2);
+            }
+        }
+        if !fresh.is_empty() {
             self.publish();
             for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
                 self.events.acquired(&self.owned_of(held));
