@@ -6,6 +6,7 @@ mod assign;
 mod elector;
 mod events;
 mod members;
+mod vacancy;
 #[cfg(feature = "daemon")]
 pub(crate) use members::read_now as read_members;
 

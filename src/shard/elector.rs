@@ -16,6 +16,9 @@ use tokio_util::sync::CancellationToken;
 use super::events::NoEvents;
 use super::members::Members;
 use super::vacancy::{Vacancies, Verdict, Without};
+mod exits;
+use exits::next_exit;
+
 use super::{Assignment, ShardEvents, ShardRenewal, ShardStepDown, ShardTerm};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient};
 use crate::lease::{Announcement, LeaseError, Reservation};
@@ -113,6 +116,9 @@ pub struct ShardElector {
     /// Each message: hand every shard over and sit out one `lease_duration`.
     yields: Option<mpsc::Receiver<()>>,
     sit_out_until: Option<Instant>,
+    /// The work of a shard ended by itself: (shard, fence) (`exits.rs`).
+    work_exits: Option<mpsc::Receiver<(u32, u64)>>,
+    exited: Vec<(u32, u64)>,
 }
 
 impl ShardElector {
@@ -133,6 +139,8 @@ impl ShardElector {
             healthy: None,
             yields: None,
             sit_out_until: None,
+            work_exits: None,
+            exited: Vec::new(),
         }
     }
 
@@ -176,6 +184,7 @@ impl ShardElector {
                 next_beat = now + self.policy.lease_duration / 3;
             }
             self.step_down_late().await;
+            self.end_exited().await;
             if now >= next_renew {
                 self.renew().await;
                 next_renew = now + self.policy.retry_period;
@@ -197,6 +206,12 @@ impl ShardElector {
             wake = self.next_move_at().map_or(wake, |at| wake.min(at));
             let was_out = self.out();
             tokio::select! {
+                biased;
+                // Before a shutdown: an `exit` after the work's end steps it down first.
+                exit = next_exit(&mut self.work_exits) => match exit {
+                    Some(exit) => self.exited.push(exit),
+                    None => self.work_exits = None,
+                },
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep_until(wake.min(next_beat).min(next_read)) => {}
                 // A release (or a lost subscription) may free a shard; a term begun does not.
@@ -227,7 +242,16 @@ impl ShardElector {
 
     /// What Redis answered; an error is told to the events.
     fn answered<T>(&self, reply: Result<T, LeaseError>) -> Option<T> {
-        reply.map_err(|err| self.events.redis_failed(&err)).ok()
+        match reply {
+            Ok(answer) => {
+                self.events.redis_answered();
+                Some(answer)
+            }
+            Err(err) => {
+                self.events.redis_failed(&err);
+                None
+            }
+        }
     }
 
     /// Not a member now: unhealthy, or sitting out after a yield.
@@ -292,6 +316,7 @@ impl ShardElector {
         let Some(roster) = self.answered(beat.await) else {
             return;
         };
+        self.events.registered(roster.registration);
         let window = self.policy.lease_duration.as_millis() as u64 / 2;
         let since = roster.now_ms.saturating_sub(window);
         let read = self.client.candidates_seen_since(since, budget).await;

@@ -25,6 +25,8 @@ pub(crate) struct Vacancies {
     /// Each shard's holder at the last read that saw one.
     held_by: HashMap<u32, String>,
     vacant: HashMap<u32, Vacancy>,
+    /// Shards this replica does not take before the given instants (its work there ended).
+    resting: HashMap<u32, Instant>,
 }
 
 /// Whether to try a shard now, or when it may be tried next.
@@ -37,8 +39,33 @@ pub(crate) enum Verdict {
 
 impl Vacancies {
     /// Takes in `seen`, shard `shard` as a read sent at `sent` saw it (at `now`), and says
-    /// whether `me` tries it. `without` gives the assignment without one identity.
+    /// whether `me` tries it. `without` gives shard `shard`'s target without one identity.
     pub(crate) fn judge(
+        &mut self,
+        (shard, seen): (u32, &Observed),
+        (sent, now): (Instant, Instant),
+        me: &str,
+        retry_period: Duration,
+        without: &mut impl FnMut(&str) -> Option<String>,
+    ) -> Verdict {
+        let verdict = self.free((shard, seen), (sent, now), me, retry_period, without);
+        match self.resting.get(&shard).copied() {
+            Some(until) if until > now && verdict == Verdict::Take => Verdict::Wait(Some(until)),
+            Some(until) if until <= now => {
+                self.resting.remove(&shard);
+                verdict
+            }
+            _ => verdict,
+        }
+    }
+
+    /// Shard `shard` is not taken by this replica before `until`.
+    pub(crate) fn rest(&mut self, shard: u32, until: Instant) {
+        self.resting.insert(shard, until);
+    }
+
+    /// `judge` without the rests.
+    fn free(
         &mut self,
         (shard, seen): (u32, &Observed),
         (sent, now): (Instant, Instant),

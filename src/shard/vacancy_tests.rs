@@ -84,3 +84,18 @@ fn the_assignment_without_an_identity_is_computed_once_and_only_for_members() {
     }
     assert_eq!(w.computed.len(), 1);
 }
+
+#[test]
+fn a_resting_shard_is_not_taken_before_its_rest_ends() {
+    let (mut v, now) = (Vacancies::default(), Instant::now());
+    let until = now + RETRY;
+    v.rest(0, until);
+    assert_eq!(
+        judge(&mut v, &Observed::Vacant, now, "a", "a"),
+        Verdict::Wait(Some(until))
+    );
+    assert_eq!(
+        judge(&mut v, &Observed::Vacant, until, "a", "a"),
+        Verdict::Take
+    );
+}
