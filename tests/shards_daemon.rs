@@ -570,10 +570,7 @@ fn a_shard_whose_child_exits_is_stepped_down_and_taken_again_after_a_retry_perio
         let started = wait_until(SETTLE, Duration::from_millis(20), || {
             out.path().join(&second).exists().then_some(())
         });
-        assert!(
-            started.is_some(),
-            "no child for shard {shard}'s next term"
-        );
+        assert!(started.is_some(), "no child for shard {shard}'s next term");
     }
     let moves = metric(
         &d.get("/metrics").1,
