@@ -472,15 +472,24 @@ impl ShardElector {
     /// Reads every shard and tries those that are this replica's to take (`Vacancies`): its
     /// targets when vacant, any reserved for it, at an expiry those whose target is this
     /// replica without the owner that let it expire, and any vacant long enough; all of them
-    /// at once. Returns when to read again (unless a message or a new assignment comes
+    /// at once. A shard whose lease ran out by the last read and that is this replica's at
+    /// its expiry is tried in the same round trip as the read, not after it. Returns when to read again (unless a message or a new assignment comes
     /// first): the earliest a shard not held here can become free as this read saw it, or
     /// be taken by anyone; a `retry_period` after a failed read.
     async fn contend(&mut self) -> Instant {
         let (shards, budget) = (self.policy.shards, self.budget());
         self.read_due = false;
         let sent = Instant::now();
-        let read = self.client.read_shards(shards, budget).await;
+        let (name, p) = (&self.client.spec().name, &self.policy);
+        let mut without = Without::new(&self.assignment, name, p.max_shards_per_replica);
+        let expired = self
+            .vacancies
+            .expired(sent, self.me(), |s, h| without.target(s, h));
+        let read = self.client.read_shards(shards, budget);
+        let (read, early) = tokio::join!(read, self.try_shards(&expired, budget));
+        let mut fresh = self.took(early);
         let Some(seen) = self.answered(read) else {
+            self.began(&fresh);
             return sent + self.policy.retry_period;
         };
         let now = Instant::now();
@@ -507,25 +516,46 @@ impl ShardElector {
                 }
             }
         }
-        let clients: Vec<LeaseClient> = tried.iter().map(|&s| self.client.shard(s)).collect();
+        let replies = self.try_shards(&tried, budget).await;
+        let taken = self.took(replies);
+        if taken.len() < tried.len() {
+            next = next.min(Instant::now() + self.policy.retry_period / 2);
+        }
+        fresh.extend(taken);
+        self.began(&fresh);
+        next
+    }
+
+    /// Tries every shard of `shards` at once.
+    async fn try_shards(&self, shards: &[u32], budget: Duration) -> Vec<(u32, Acquire)> {
+        let clients: Vec<LeaseClient> = shards.iter().map(|&s| self.client.shard(s)).collect();
         let replies = join_all(clients.iter().map(|c| c.try_acquire(budget))).await;
-        let mut fresh = Vec::new();
-        for (shard, reply) in tried.into_iter().zip(replies) {
-            if let Ok(Acquire::Acquired(term)) = reply {
+        let answered = shards.iter().zip(replies);
+        answered.filter_map(|(s, r)| Some((*s, r.ok()?))).collect()
+    }
+
+    /// Holds each shard granted in `replies`; returns them.
+    fn took(&mut self, replies: Vec<(u32, Acquire)>) -> Vec<u32> {
+        let mut taken = Vec::new();
+        for (shard, reply) in replies {
+            if let Acquire::Acquired(term) = reply {
                 self.vacancies.taken(shard);
                 self.held.push(ShardTerm { shard, term });
-                fresh.push(shard);
-            } else {
-                next = next.min(Instant::now() + self.policy.retry_period / 2);
+                taken.push(shard);
             }
         }
-        if !fresh.is_empty() {
-            self.publish();
-            for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
-                self.events.acquired(&self.owned_of(held));
-            }
+        taken
+    }
+
+    /// Publishes the shards of `fresh` (just taken) and tells of each term begun.
+    fn began(&self, fresh: &[u32]) {
+        if fresh.is_empty() {
+            return;
         }
-        next
+        self.publish();
+        for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
+            self.events.acquired(&self.owned_of(held));
+        }
     }
 
     /// On shutdown: every held shard stepped down (published), the registry entry removed (so

@@ -22,8 +22,9 @@ struct Vacancy {
 /// What the reads have shown of the shards this replica does not hold.
 #[derive(Debug, Default)]
 pub(crate) struct Vacancies {
-    /// Each shard's holder at the last read that saw one.
-    held_by: HashMap<u32, String>,
+    /// Each shard's holder at the last read that saw one, and when its lease runs out by
+    /// that read (`None`: no TTL).
+    held_by: HashMap<u32, (String, Option<Instant>)>,
     vacant: HashMap<u32, Vacancy>,
     /// Shards this replica does not take before the given instants (its work there ended).
     resting: HashMap<u32, Instant>,
@@ -76,7 +77,10 @@ impl Vacancies {
         let Observed::Vacant = seen else {
             self.vacant.remove(&shard);
             match seen.holder() {
-                Some(h) => self.held_by.insert(shard, h.holder.clone()),
+                Some(h) => {
+                    let ends = h.remaining.map(|left| sent + left);
+                    self.held_by.insert(shard, (h.holder.clone(), ends))
+                }
                 None => self.held_by.remove(&shard),
             };
             if let Observed::Reserved { for_identity, .. } = seen {
@@ -91,7 +95,7 @@ impl Vacancies {
         };
         let vacancy = self.vacant.entry(shard).or_insert_with(|| Vacancy {
             since: now,
-            after: self.held_by.remove(&shard),
+            after: self.held_by.remove(&shard).map(|(holder, _)| holder),
         });
         let (target, wait) = match &vacancy.after {
             Some(owner) if owner != me => (without(owner), retry_period / 2),
@@ -103,6 +107,28 @@ impl Vacancies {
         } else {
             Verdict::Wait(Some(anyone_at))
         }
+    }
+
+    /// The shards whose lease, held by another at the last read, has run out by `now` and
+    /// whose target without that holder is `me` (`target(shard, holder)`): tried at once, in
+    /// the same round trip as the next read, rather than after it.
+    pub(crate) fn expired(
+        &self,
+        now: Instant,
+        me: &str,
+        mut target: impl FnMut(u32, &str) -> Option<String>,
+    ) -> Vec<u32> {
+        let ran_out = self
+            .held_by
+            .iter()
+            .filter(|(_, (holder, ends))| holder != me && ends.is_some_and(|at| at <= now));
+        let mut mine: Vec<u32> = ran_out
+            .filter(|(shard, (holder, _))| target(**shard, holder).as_deref() == Some(me))
+            .map(|(shard, _)| *shard)
+            .filter(|shard| !self.resting.get(shard).is_some_and(|until| *until > now))
+            .collect();
+        mine.sort_unstable();
+        mine
     }
 
     /// Shard `shard` was taken by this replica.

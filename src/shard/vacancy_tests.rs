@@ -99,3 +99,16 @@ fn a_resting_shard_is_not_taken_before_its_rest_ends() {
         Verdict::Take
     );
 }
+
+#[test]
+fn a_lease_run_out_is_tried_before_a_read_by_the_target_without_its_holder_only() {
+    let (mut v, now) = (Vacancies::default(), Instant::now());
+    judge(&mut v, &held("dead"), now, "a", "a");
+    let target = |_: u32, holder: &str| Some(if holder == "dead" { "a" } else { "x" }.to_owned());
+    assert!(v.expired(now, "a", target).is_empty(), "not run out yet");
+    let out = now + Duration::from_millis(500);
+    assert_eq!(v.expired(out, "a", target), [0]);
+    assert!(v.expired(out, "b", target).is_empty(), "not b's");
+    v.rest(0, out + RETRY);
+    assert!(v.expired(out, "a", target).is_empty(), "resting");
+}
