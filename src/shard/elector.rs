@@ -373,16 +373,18 @@ impl ShardElector {
     }
 
     /// Tells of each shard of `ended` that it ended for `reason` (so the work of all of them
-    /// stops at once), then, as each one's work has stopped, releases it reserved for its
-    /// target.
+    /// stops at once), then releases each reserved for its target as soon as its own work
+    /// has stopped, all at once (one after another, the last would wait for every other's
+    /// round trip).
     async fn end_and_release(&self, ended: &[(ShardTerm, Option<String>)], reason: ShardStepDown) {
         for (held, _) in ended {
             self.events.stepped_down(&self.owned_of(held), reason);
         }
-        for (held, to) in ended {
+        let each = ended.iter().map(|(held, to)| async move {
             self.events.work_stopped(&self.owned_of(held)).await;
             let _ = self.release(held, to.as_deref()).await;
-        }
+        });
+        join_all(each).await;
     }
 
     /// Steps down every shard whose renew deadline has passed (published, told), then tries
