@@ -125,7 +125,7 @@ impl Vacancies {
         let mut mine: Vec<u32> = ran_out
             .filter(|(shard, (holder, _))| target(**shard, holder).as_deref() == Some(me))
             .map(|(shard, _)| *shard)
-            .filter(|shard| !self.resting.get(shard).is_some_and(|until| *until > now))
+            .filter(|shard| self.resting.get(shard).is_none_or(|until| *until <= now))
             .collect();
         mine.sort_unstable();
         mine
