@@ -652,9 +652,15 @@ fn an_owner_paused_past_its_validities_never_claims_a_shard_it_lost() {
         .iter()
         .map(|id| replica(&redis, id))
         .collect();
-    settle_to(&r[0], &["r1", "r2", "r3"]);
-    let before = owned_terms(&r[0]);
-    assert!(!before.is_empty());
+    let three = settle_to(&r[0], &["r1", "r2", "r3"]);
+    // Its status document follows Redis within a reply's handling.
+    let share: Vec<u64> = three.shards_of("r1").into_iter().map(u64::from).collect();
+    assert!(!share.is_empty());
+    let before = wait_until(SETTLE, Duration::from_millis(10), || {
+        let owned = owned_terms(&r[0]);
+        (owned.iter().map(|t| t.0).collect::<Vec<_>>() == share).then_some(owned)
+    })
+    .expect("r1's status document lists its share");
     let shards: Vec<u64> = before.iter().map(|t| t.0).collect();
     r[0].signal(Signal::SIGSTOP);
     // Its shards are taken by their targets without it once their validity has passed (the
