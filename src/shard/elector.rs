@@ -1,6 +1,6 @@
 //! A sharded elector on one Redis (README, "Shards"): registers as a candidate, computes the
-//! assignment from the members, contends for its targets (and for shards vacant a
-//! `retry_period`), renews every owned shard with one call per `retry_period`, steps down
+//! assignment from the members, contends for its targets (at an expiry, the target without
+//! the owner that let it expire; and for shards vacant a while: `vacancy.rs`), renews every owned shard with one call per `retry_period`, steps down
 //! each shard at its own renew deadline, hands a shard to its target once the target has
 //! been a member for a heartbeat period, and on shutdown releases each shard reserved for
 //! its next target. What it owns is published as a watch, stepped down before released.
@@ -16,12 +16,12 @@ use tokio_util::sync::CancellationToken;
 use super::events::NoEvents;
 use super::members::Members;
 use super::vacancy::{Vacancies, Verdict, Without};
-mod exits;
-use exits::next_exit;
-
 use super::{Assignment, ShardEvents, ShardRenewal, ShardStepDown, ShardTerm};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, Lease, LeaseClient};
 use crate::lease::{Announcement, LeaseError, Reservation};
+
+mod exits;
+use exits::next_exit;
 
 /// The shape and timing of a sharded election.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -475,9 +475,10 @@ impl ShardElector {
     /// targets when vacant, any reserved for it, at an expiry those whose target is this
     /// replica without the owner that let it expire, and any vacant long enough; all of them
     /// at once. A shard whose lease ran out by the last read and that is this replica's at
-    /// its expiry is tried in the same round trip as the read, not after it. Returns when to read again (unless a message or a new assignment comes
-    /// first): the earliest a shard not held here can become free as this read saw it, or
-    /// be taken by anyone; a `retry_period` after a failed read.
+    /// its expiry is tried in the same round trip as the read, not after it. Returns when to
+    /// read again (unless a message or a new assignment comes first): the earliest a shard
+    /// not held here can become free as this read saw it, or be taken by anyone; a
+    /// `retry_period` after a failed read.
     async fn contend(&mut self) -> Instant {
         let (shards, budget) = (self.policy.shards, self.budget());
         self.read_due = false;
@@ -587,25 +588,13 @@ impl ShardElector {
 
     /// Each of `held` with its target in the assignment without this replica.
     fn with_next_targets(&self, held: Vec<ShardTerm>) -> Vec<(ShardTerm, Option<String>)> {
-        let next = self.without_me();
+        let (name, max) = (&self.client.spec().name, self.policy.max_shards_per_replica);
+        let mut next = Without::new(&self.assignment, name, max);
         let with_target = |h: ShardTerm| {
-            let to = next.target(h.shard).map(str::to_owned);
+            let to = next.target(h.shard, self.me());
             (h, to)
         };
         held.into_iter().map(with_target).collect()
-    }
-
-    /// The assignment of the last members read, without this replica.
-    fn without_me(&self) -> Assignment {
-        let me = self.me();
-        let others: Vec<&String> = self
-            .assignment
-            .members()
-            .iter()
-            .filter(|m| m.as_str() != me)
-            .collect();
-        let (name, p) = (&self.client.spec().name, &self.policy);
-        Assignment::compute(name, p.shards, &others, p.max_shards_per_replica)
     }
 }
 
