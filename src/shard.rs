@@ -8,6 +8,7 @@ mod elector;
 mod events;
 mod leases;
 mod members;
+mod vacancy;
 #[cfg(feature = "daemon")]
 pub(crate) use members::read_now as read_members;
 

@@ -9,7 +9,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use leaderd::shard::{Assignment, OwnedShard, ShardElector, ShardLeases, ShardPolicy};
+use leaderd::shard::{Assignment, OwnedShard, ShardElector, ShardEvents, ShardLeases, ShardPolicy};
 use leaderd::{LeaseClient, LeaseSpec, Observed, RedlockClient};
 use support::RedisServer;
 use tokio::sync::watch;
@@ -42,12 +42,31 @@ struct Replica {
 }
 
 fn start(url: &str, id: &str) -> Replica {
-    let spec = LeaseSpec::new(NAME, id, LEASE);
-    start_over(LeaseClient::connect(url, spec).expect("valid url"), id)
+    start_with(url, id, policy(), |e| e)
 }
 
-fn start_over<C: ShardLeases>(client: C, id: &str) -> Replica {
-    let elector = ShardElector::new(client, policy());
+/// An elector of `policy` telling `events` of every shard's term.
+fn start_told(
+    url: &str,
+    id: &str,
+    policy: ShardPolicy,
+    events: std::sync::Arc<dyn ShardEvents>,
+) -> Replica {
+    start_with(url, id, policy, |e| e.with_events(events))
+}
+
+fn start_with(
+    url: &str,
+    id: &str,
+    policy: ShardPolicy,
+    with: impl FnOnce(ShardElector) -> ShardElector,
+) -> Replica {
+    let spec = LeaseSpec::new(NAME, id, LEASE);
+    let client = LeaseClient::connect(url, spec).expect("valid url");
+    start_over(with(ShardElector::new(client, policy)), id)
+}
+
+fn start_over<C: ShardLeases>(elector: ShardElector<C>, id: &str) -> Replica {
     let owned = elector.watch();
     let stop = CancellationToken::new();
     let task = tokio::spawn(elector.run(stop.clone()));
@@ -298,7 +317,7 @@ async fn over_redlock_a_dead_node_moves_no_shard_and_leavers_shards_move() {
     let mut fences = HashMap::new();
     let mut replicas: Vec<Replica> = ["a", "b", "c"]
         .iter()
-        .map(|id| start_over(redlock(&urls, id), id))
+        .map(|id| start_over(ShardElector::new(redlock(&urls, id), policy()), id))
         .collect();
     settled(&replicas, &mut fences).await;
     let before = owners(&replicas, &mut fences);
@@ -380,4 +399,178 @@ async fn over_redlock_a_dead_node_moves_no_shard_and_leavers_shards_move() {
         );
     }
     replicas[0].stop.cancel();
+}
+
+/// Waits until `d` owns exactly its share of the assignment of `replicas`; returns how long it
+/// took.
+async fn owns_its_share(replicas: &[Replica], d: &Replica, within: Duration) -> Duration {
+    let ids: Vec<&str> = replicas.iter().map(|r| r.id.as_str()).collect();
+    let want = Assignment::compute(NAME, SHARDS, &ids, 0).shards_of(&d.id);
+    let start = Instant::now();
+    while start.elapsed() < within {
+        let owned: Vec<u32> = d.owned.borrow().iter().map(|o| o.shard).collect();
+        if owned == want {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{} does not own {want:?} within {within:?}", d.id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_owns_its_share_a_heartbeat_period_after_it_registers() {
+    let redis = RedisServer::start();
+    let mut fences = HashMap::new();
+    let begun = Instant::now();
+    let mut replicas = three_settled(&redis, &mut fences).await;
+    // The owners read the members every heartbeat period from their start: d registers just
+    // after one such read, so it is seen almost a period later. Its share is due a period
+    // after it registered, not a period after it was seen.
+    let beat = LEASE / 3;
+    let periods = begun.elapsed().as_millis() / beat.as_millis() + 1;
+    let after_a_read = begun + beat * periods as u32 + Duration::from_millis(100);
+    tokio::time::sleep_until(after_a_read).await;
+    replicas.push(start(&redis.url(), "d"));
+    let took = owns_its_share(&replicas, &replicas[3], SETTLE).await;
+    eprintln!("d owned its share {took:?} after it started");
+    assert!(
+        took >= beat - Duration::from_millis(50),
+        "{took:?}: before a heartbeat period"
+    );
+    assert!(
+        took < beat + beat / 2,
+        "{took:?}: not within a heartbeat period + ms"
+    );
+    settled(&replicas, &mut fences).await;
+    for r in &replicas {
+        r.stop.cancel();
+    }
+}
+
+/// Keeps `id`'s registry entry refreshed, as a live replica's (its process alive, its
+/// elector not): `lua` rewrites `seen_at_ms` in the entry and the index with the Redis time.
+fn refresh_entry(redis: &RedisServer, id: &str) {
+    let lua = "local t = redis.call('TIME') \
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+        redis.call('ZADD', KEYS[2], now, ARGV[1]) \
+        local raw = redis.call('HGET', KEYS[1], ARGV[1]) \
+        if raw then local e = cjson.decode(raw) e['seen_at_ms'] = now \
+        redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e)) end return now";
+    let keys = LeaseSpec::new(NAME, id, LEASE).keys();
+    let (entries, index) = (keys.candidates.as_str(), keys.candidates_index.as_str());
+    redis.cmd(&["EVAL", lua, "2", entries, index, id]);
+}
+
+/// Every shard term begun, as the electors tell it: (shard, owner, when).
+#[derive(Default)]
+struct Begun(std::sync::Mutex<Vec<(u32, String, Instant)>>);
+
+/// The events of one elector, into `Begun`.
+struct Told(String, std::sync::Arc<Begun>);
+
+impl ShardEvents for Told {
+    fn acquired(&self, owned: &OwnedShard) {
+        let mut begun = self.1 .0.lock().expect("begun");
+        begun.push((owned.shard, self.0.clone(), Instant::now()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_an_expiry_the_target_without_the_dead_owner_takes_the_shard_at_once() {
+    let redis = RedisServer::start();
+    let fence = format!("leaderd:{{{NAME}}}:fence");
+    assert_eq!(redis.cmd(&["SET", &fence, "1000"]), "OK");
+    let begun = std::sync::Arc::new(Begun::default());
+    // A long retry_period: the others wait half of it at an expiry, far longer than a
+    // loaded machine may delay the target.
+    let slow = ShardPolicy {
+        retry_period: LEASE / 2,
+        ..policy()
+    };
+    let told = |id: &str| std::sync::Arc::new(Told(id.to_owned(), begun.clone()));
+    let mut replicas: Vec<Replica> = ["a", "b", "c"]
+        .iter()
+        .map(|id| start_told(&redis.url(), id, slow, told(id)))
+        .collect();
+    settled(&replicas, &mut HashMap::new()).await;
+    // c's elector dies, but its registry entry stays fresh: c stays a member (and the
+    // target of its shards) for everyone; each of its shards is still taken at its expiry
+    // by its target in the assignment without c, not a retry_period later by anyone.
+    let c = replicas.pop().expect("c");
+    c.task.abort();
+    let _ = c.task.await;
+    let had: Vec<u32> = c.owned.borrow().iter().map(|o| o.shard).collect();
+    assert!(!had.is_empty());
+    let mut expiry = HashMap::new();
+    for &s in &had {
+        let key = LeaseSpec::new(NAME, "c", LEASE).shard_key(s);
+        let asked = Instant::now();
+        let ttl: u64 = redis.cmd(&["PTTL", &key]).parse().expect("a TTL");
+        expiry.insert(s, asked + Duration::from_millis(ttl));
+    }
+    let last = *expiry.values().max().expect("c's shards");
+    let died = begun.0.lock().expect("begun").len();
+    while Instant::now() < last + LEASE / 4 {
+        refresh_entry(&redis, "c");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let without_c = Assignment::compute(NAME, SHARDS, &["a", "b"], 0);
+    let mut late = Duration::ZERO;
+    for (shard, owner, at) in begun.0.lock().expect("begun")[died..].iter() {
+        let Some(expired) = expiry.remove(shard) else {
+            continue;
+        };
+        let after = at.saturating_duration_since(expired);
+        assert_eq!(
+            Some(owner.as_str()),
+            without_c.target(*shard),
+            "shard {shard}, taken {after:?} after its expiry"
+        );
+        late = late.max(at.saturating_duration_since(expired));
+    }
+    assert!(expiry.is_empty(), "never taken: {expiry:?}");
+    eprintln!(
+        "c's {} shards taken at most {late:?} after their expiry",
+        had.len()
+    );
+    assert!(
+        late < slow.retry_period / 2,
+        "taken {late:?} after the expiry"
+    );
+    for r in &replicas {
+        r.stop.cancel();
+    }
+}
+
+/// `max_shards_per_replica` is a hard bound: with 4 shards, a bound of 1 and 2 electors, each
+/// owns exactly one and the other two stay vacant, however long they have been (a vacant shard
+/// may be taken by anyone, but not past the bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_shards_per_replica_bounds_vacant_shards_too() {
+    let redis = RedisServer::start();
+    support::seed_fence(&redis, NAME);
+    let bounded = ShardPolicy {
+        shards: 4,
+        max_shards_per_replica: 1,
+        ..policy()
+    };
+    let replicas: Vec<Replica> = ["a", "b"]
+        .iter()
+        .map(|id| start_with(&redis.url(), id, bounded, |e| e))
+        .collect();
+    let begun = Instant::now();
+    let mut both_seen = false;
+    // Vacant shards may be taken by anyone after a retry_period: watch for many of them.
+    while begun.elapsed() < Duration::from_secs(4) {
+        for r in &replicas {
+            let owned = r.owned.borrow().len();
+            assert!(owned <= 1, "{} owns {owned} shards with a bound of 1", r.id);
+        }
+        both_seen |= replicas.iter().all(|r| r.owned.borrow().len() == 1);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(both_seen, "the two electors never owned a shard each");
+    for r in &replicas {
+        r.stop.cancel();
+    }
 }

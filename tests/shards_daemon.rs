@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use leaderd::shard::Assignment;
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::{check_logs, Daemon, DaemonOpts, RedisServer};
+use support::logs::wait_event;
+use support::metrics::metric;
+use support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const NAME: &str = "sh-daemon";
 const SHARDS: u32 = 16;
@@ -594,5 +596,184 @@ fn on_sigterm_the_children_of_all_shards_stop_at_once() {
     assert!(
         took < Duration::from_millis(900),
         "SIGTERM to exit took {took:?}"
+    );
+}
+
+/// One replica of a 2-shard election whose children are `script` (run by `sh -c`, with
+/// `$OUT` a fresh directory), with `extra` in its config.
+fn exec_replica(redis: &RedisServer, script: &str, extra: &str) -> (Daemon, tempfile::TempDir) {
+    let out = tempfile::tempdir().expect("temp dir");
+    let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
+    opts.extra_yaml = format!("election:\n  shards: 2\nexec:\n  grace_period: 300ms\n{extra}");
+    opts.exec = vec!["sh".into(), "-c".into(), script.into()];
+    opts.env = vec![("OUT".into(), out.path().to_str().expect("utf-8").into())];
+    (Daemon::spawn(&opts), out)
+}
+
+/// Each shard's first child exits by itself (code 3); the children of later terms stay.
+const EXITS_ONCE: &str = r#"touch "$OUT/$LEADERD_SHARD.$LEADERD_FENCE"
+if [ ! -e "$OUT/once.$LEADERD_SHARD" ]; then touch "$OUT/once.$LEADERD_SHARD"; exit 3; fi
+exec sleep 600"#;
+
+#[test]
+fn a_shard_whose_child_exits_is_stepped_down_and_taken_again_after_a_retry_period() {
+    let redis = RedisServer::start();
+    let (mut d, out) = exec_replica(&redis, EXITS_ONCE, "");
+    // Both shards: a first term whose child exits, then a second with a child that stays.
+    let deadline = Instant::now() + SETTLE;
+    while d.events_named("acquired").len() < 4 {
+        assert!(Instant::now() < deadline, "no second terms:\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ended = d.events_named("stepped_down");
+    let reasons: Vec<_> = ended.iter().map(|e| e["reason"].as_str()).collect();
+    assert_eq!(reasons, [Some("child_exit"); 2], "{ended:?}");
+    let acquired = d.events_named("acquired");
+    for shard in 0..2u64 {
+        let of = |e: &&Value| e["shard"].as_u64() == Some(shard);
+        let terms: Vec<&Value> = acquired.iter().filter(of).collect();
+        let end = ended.iter().find(of).expect("a step-down");
+        assert_eq!(terms.len(), 2, "{terms:?}");
+        // The next term comes a retry_period (300 ms) after the step-down, fenced higher.
+        let gap = terms[1]["acquired_at_ms"].as_u64().unwrap_or(0)
+            - end["ended_at_ms"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            gap >= 250,
+            "shard {shard} taken again {gap} ms after its child exited"
+        );
+        assert!(terms[1]["fence"].as_u64() > terms[0]["fence"].as_u64());
+        let second = format!("{shard}.{}", terms[1]["fence"]);
+        let started = wait_until(SETTLE, Duration::from_millis(20), || {
+            out.path().join(&second).exists().then_some(())
+        });
+        assert!(started.is_some(), "no child for shard {shard}'s next term");
+    }
+    let moves = metric(
+        &d.get("/metrics").1,
+        "leaderd_shard_moves_total",
+        &[("name", NAME), ("reason", "child_exit")],
+    );
+    assert_eq!(moves, Some(2.0));
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    check_logs(&[d.safety_log()]).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+}
+
+#[test]
+fn with_on_exit_exit_a_shards_child_exiting_stops_leaderd_with_its_code() {
+    let redis = RedisServer::start();
+    let script = r#"touch "$OUT/$LEADERD_SHARD"; exit 7"#;
+    let (mut d, _out) = exec_replica(&redis, script, "  on_exit: exit\n");
+    assert_eq!(d.wait_exit(SETTLE), Some(7), "{}", d.log());
+    let reasons: Vec<_> = d
+        .events_named("stepped_down")
+        .iter()
+        .map(|e| e["reason"].as_str().map(str::to_owned))
+        .collect();
+    assert!(reasons.contains(&Some("child_exit".into())), "{reasons:?}");
+    let exited = d.events_named("exited");
+    assert_eq!(exited.last().map(|e| e["code"].as_i64()), Some(Some(7)));
+    check_logs(&[d.safety_log()]).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+}
+
+#[test]
+fn two_sharded_processes_with_one_identity_both_warn_and_set_the_gauge() {
+    let redis = RedisServer::start();
+    let twins = [replica(&redis, "twin"), replica(&redis, "twin")];
+    for d in &twins {
+        let warned = wait_until(SETTLE, Duration::from_millis(50), || {
+            d.events_named("identity_conflict").first().cloned()
+        })
+        .unwrap_or_else(|| panic!("no identity_conflict:\n{}", d.log()));
+        assert_eq!(warned["level"], "WARN", "{warned}");
+        let (_, text) = d.get("/metrics");
+        assert_eq!(
+            metric(&text, "leaderd_identity_conflict", &[]),
+            Some(1.0),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_sharded_replica_says_when_redis_answers_again() {
+    let redis = RedisServer::start();
+    let d = replica(&redis, "r1");
+    settle_to(&d, &["r1"]);
+    redis.pause();
+    wait_event(&d, "redis_error", 1, SETTLE);
+    redis.resume();
+    wait_event(&d, "redis_recovered", 1, SETTLE);
+    settle_to(&d, &["r1"]);
+}
+
+/// `d`'s owned shards as its status document lists them: (shard, fence, valid until ms).
+fn owned_terms(d: &Daemon) -> Vec<(u64, u64, u64)> {
+    let doc = d.status_doc().unwrap_or_default();
+    let owned = doc["shards"]["owned"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let term = |o: &Value| {
+        let n = |k: &str| o[k].as_u64().unwrap_or(0);
+        (n("shard"), n("fence"), n("lease_valid_until_ms"))
+    };
+    owned.iter().map(term).collect()
+}
+
+#[test]
+fn an_owner_paused_past_its_validities_never_claims_a_shard_it_lost() {
+    let redis = RedisServer::start();
+    let r: Vec<Daemon> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|id| replica(&redis, id))
+        .collect();
+    let three = settle_to(&r[0], &["r1", "r2", "r3"]);
+    // Its status document follows Redis within a reply's handling.
+    let share: Vec<u64> = three.shards_of("r1").into_iter().map(u64::from).collect();
+    assert!(!share.is_empty());
+    let before = wait_until(SETTLE, Duration::from_millis(10), || {
+        let owned = owned_terms(&r[0]);
+        (owned.iter().map(|t| t.0).collect::<Vec<_>>() == share).then_some(owned)
+    })
+    .expect("r1's status document lists its share");
+    let shards: Vec<u64> = before.iter().map(|t| t.0).collect();
+    r[0].signal(Signal::SIGSTOP);
+    // Its shards are taken by their targets without it once their validity has passed (the
+    // logs say when).
+    moved(&r[1], &shards, &["r2", "r3"], SETTLE);
+    settle_to(&r[1], &["r2", "r3"]);
+    std::thread::sleep(Duration::from_millis(500));
+    r[0].signal(Signal::SIGCONT);
+    // Resumed: whatever it publishes as valid is a term of its own begun since, never one of
+    // the terms it lost.
+    let resumed = Instant::now();
+    while resumed.elapsed() < Duration::from_secs(2) {
+        let read_at = support::now_ms();
+        for (shard, fence, valid_until) in owned_terms(&r[0]) {
+            let lost = before.iter().any(|t| (t.0, t.1) == (shard, fence));
+            assert!(
+                !(lost && valid_until > read_at),
+                "r1 claims shard {shard} (fence {fence}) until {valid_until} after losing it"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let reasons: Vec<_> = r[0].events_named("stepped_down");
+    for s in &shards {
+        let ended = reasons.iter().find(|e| e["shard"].as_u64() == Some(*s));
+        let reason = ended.and_then(|e| e["reason"].as_str());
+        assert!(
+            matches!(reason, Some("lost" | "deadline")),
+            "shard {s}: {ended:?}"
+        );
+    }
+    settle_to(&r[0], &["r1", "r2", "r3"]);
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    let taken = terms.iter().filter(|t| t.shard.is_some()).count();
+    assert!(
+        taken >= SHARDS as usize + 2 * shards.len(),
+        "{taken} shard terms"
     );
 }

@@ -26,7 +26,7 @@ mod shards;
 pub(crate) use kept::{run_once, Ended};
 use kept::{spawn_keeper, KeeperLink, KeeperSpec};
 pub(crate) use secrets::{remember_secret_vars, without_secrets};
-pub(crate) use shards::ShardWork;
+pub(crate) use shards::{ChildExits, ShardWork};
 
 use crate::daemon::config::Config;
 use crate::daemon::keeper::{monotonic_ns, Cause, Report, Request};

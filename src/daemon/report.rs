@@ -13,7 +13,9 @@ use crate::daemon::state::{Phase, Progress, Snapshot, TermView};
 use crate::election::{AcquireResult, Began, ElectionEvents, RenewResult, StepDown};
 use crate::lease::{unix_ms, LeaseError, Observed, Term};
 
+mod own;
 mod shards;
+pub(crate) use own::Own;
 pub(crate) use shards::ShardReporter;
 
 fn now_ms() -> u64 {

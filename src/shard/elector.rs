@@ -1,23 +1,27 @@
 //! A sharded elector on one Redis (README, "Shards"): registers as a candidate, computes the
-//! assignment from the members, contends for its targets (and for shards vacant a
-//! `retry_period`), renews every owned shard with one call per `retry_period`, steps down
+//! assignment from the members, contends for its targets (at an expiry, the target without
+//! the owner that let it expire; and for shards vacant a while: `vacancy.rs`), renews every owned shard with one call per `retry_period`, steps down
 //! each shard at its own renew deadline, hands a shard to its target once the target has
 //! been a member for a heartbeat period, and on shutdown releases each shard reserved for
 //! its next target. What it owns is published as a watch, stepped down before released.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures::future::join_all;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::events::NoEvents;
 use super::members::Members;
+use super::vacancy::{Vacancies, Verdict, Without};
 use super::{Assignment, ShardEvents, ShardLeases, ShardRenewal, ShardStepDown, ShardTerm};
-use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, LeaseClient, Observed};
+use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, LeaseClient};
 use crate::lease::{Announcement, LeaseError, Reservation};
+
+mod exits;
+use exits::next_exit;
 
 /// The shape and timing of a sharded election.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,7 +107,7 @@ pub struct ShardElector<C = LeaseClient> {
     held: Vec<ShardTerm>,
     members: Members,
     assignment: Assignment,
-    vacant_since: HashMap<u32, Instant>,
+    vacancies: Vacancies,
     started_at_ms: u64,
     /// The shards must be read again: the assignment changed, or a message came.
     read_due: bool,
@@ -113,6 +117,9 @@ pub struct ShardElector<C = LeaseClient> {
     /// Each message: hand every shard over and sit out one `lease_duration`.
     yields: Option<mpsc::Receiver<()>>,
     sit_out_until: Option<Instant>,
+    /// The work of a shard ended by itself: (shard, fence) (`exits.rs`).
+    work_exits: Option<mpsc::Receiver<(u32, u64)>>,
+    exited: Vec<(u32, u64)>,
 }
 
 impl<C: ShardLeases> ShardElector<C> {
@@ -126,13 +133,15 @@ impl<C: ShardLeases> ShardElector<C> {
             held: Vec::new(),
             members: Members::default(),
             assignment,
-            vacant_since: HashMap::new(),
+            vacancies: Vacancies::default(),
             started_at_ms: unix_ms(SystemTime::now()),
             read_due: true,
             events: Arc::new(NoEvents),
             healthy: None,
             yields: None,
             sit_out_until: None,
+            work_exits: None,
+            exited: Vec::new(),
         }
     }
 
@@ -176,6 +185,7 @@ impl<C: ShardLeases> ShardElector<C> {
                 next_beat = now + self.policy.lease_duration / 3;
             }
             self.step_down_late().await;
+            self.end_exited().await;
             if now >= next_renew {
                 self.renew().await;
                 next_renew = now + self.policy.retry_period;
@@ -194,8 +204,15 @@ impl<C: ShardLeases> ShardElector<C> {
             if let Some(until) = self.sit_out_until {
                 wake = wake.min(until);
             }
+            wake = self.next_move_at().map_or(wake, |at| wake.min(at));
             let was_out = self.out();
             tokio::select! {
+                biased;
+                // Before a shutdown: an `exit` after the work's end steps it down first.
+                exit = next_exit(&mut self.work_exits) => match exit {
+                    Some(exit) => self.exited.push(exit),
+                    None => self.work_exits = None,
+                },
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep_until(wake.min(next_beat).min(next_read)) => {}
                 // A release (or a lost subscription) may free a shard; a term begun does not.
@@ -226,7 +243,16 @@ impl<C: ShardLeases> ShardElector<C> {
 
     /// What Redis answered; an error is told to the events.
     fn answered<T>(&self, reply: Result<T, LeaseError>) -> Option<T> {
-        reply.map_err(|err| self.events.redis_failed(&err)).ok()
+        match reply {
+            Ok(answer) => {
+                self.events.redis_answered();
+                Some(answer)
+            }
+            Err(err) => {
+                self.events.redis_failed(&err);
+                None
+            }
+        }
     }
 
     /// Not a member now: unhealthy, or sitting out after a yield.
@@ -291,6 +317,7 @@ impl<C: ShardLeases> ShardElector<C> {
         let Some(roster) = self.answered(beat.await) else {
             return;
         };
+        self.events.registered(roster.registration);
         let window = self.policy.lease_duration.as_millis() as u64 / 2;
         let since = roster.now_ms.saturating_sub(window);
         let read = self.client.candidates_seen_since(since, budget).await;
@@ -351,16 +378,18 @@ impl<C: ShardLeases> ShardElector<C> {
     }
 
     /// Tells of each shard of `ended` that it ended for `reason` (so the work of all of them
-    /// stops at once), then, as each one's work has stopped, releases it reserved for its
-    /// target.
+    /// stops at once), then releases each reserved for its target as soon as its own work
+    /// has stopped, all at once (one after another, the last would wait for every other's
+    /// round trip).
     async fn end_and_release(&self, ended: &[(ShardTerm, Option<String>)], reason: ShardStepDown) {
         for (held, _) in ended {
             self.events.stepped_down(&self.owned_of(held), reason);
         }
-        for (held, to) in ended {
+        let each = ended.iter().map(|(held, to)| async move {
             self.events.work_stopped(&self.owned_of(held)).await;
             let _ = self.release(held, to.as_deref()).await;
-        }
+        });
+        join_all(each).await;
     }
 
     /// Steps down every shard whose renew deadline has passed (published, told), then tries
@@ -420,6 +449,22 @@ impl<C: ShardLeases> ShardElector<C> {
         moving.collect()
     }
 
+    /// When the next hand-over falls due: the earliest a held shard's target, another member
+    /// not settled yet, will have been one for a heartbeat period.
+    fn next_move_at(&self) -> Option<Instant> {
+        let (settle, now) = (self.policy.lease_duration / 3, Instant::now());
+        let due = |h: &ShardTerm| {
+            let target = self
+                .assignment
+                .target(h.shard)
+                .filter(|t| *t != self.me())?;
+            self.members
+                .settles_at(target, settle)
+                .filter(|at| *at > now)
+        };
+        self.held.iter().filter_map(due).min()
+    }
+
     async fn release(&self, held: &ShardTerm, to: Option<&str>) -> Result<bool, LeaseError> {
         let reservation = to.map(|successor| Reservation {
             successor,
@@ -429,64 +474,111 @@ impl<C: ShardLeases> ShardElector<C> {
         self.client.release_shard(held, reservation, budget).await
     }
 
-    /// Reads every shard and tries those that are this replica's to take: its targets when
-    /// vacant, any reserved for it, and any vacant for a `retry_period`. Returns when to read
-    /// again (unless a message or a new assignment comes first): the earliest a shard not
-    /// held here can become free as this read saw it (+1 ms), or half a `retry_period` while
-    /// one is vacant, a `retry_period` after a failed read.
+    /// Reads every shard and tries those that are this replica's to take (`Vacancies`): its
+    /// targets when vacant, any reserved for it, at an expiry those whose target is this
+    /// replica without the owner that let it expire, and any vacant long enough; all of them
+    /// at once. A shard whose lease ran out by the last read and that is this replica's at
+    /// its expiry is tried in the same round trip as the read, not after it. Returns when to
+    /// read again (unless a message or a new assignment comes first): the earliest a shard
+    /// not held here can become free as this read saw it, or be taken by anyone; a
+    /// `retry_period` after a failed read.
     async fn contend(&mut self) -> Instant {
         let (shards, budget) = (self.policy.shards, self.budget());
         self.read_due = false;
         let sent = Instant::now();
-        let read = self.client.read_shards(shards, budget).await;
+        let (name, p) = (&self.client.spec().name, &self.policy);
+        let mut without = Without::new(&self.assignment, name, p.max_shards_per_replica);
+        let expired = self
+            .vacancies
+            .expired(sent, self.me(), |s, h| without.target(s, h));
+        let expired = self.within_bound(expired);
+        let read = self.client.read_shards(shards, budget);
+        let (read, early) = tokio::join!(read, self.try_shards(&expired, budget));
+        let mut fresh = self.took(early);
         let Some(seen) = self.answered(read) else {
+            self.began(&fresh);
             return sent + self.policy.retry_period;
         };
         let now = Instant::now();
         let mut next = now + self.policy.lease_duration;
-        let mut granted = false;
-        let mut fresh = Vec::new();
-        for (shard, seen) in (0..shards).zip(seen) {
+        let (name, p) = (&self.client.spec().name, &self.policy);
+        let mut without = Without::new(&self.assignment, name, p.max_shards_per_replica);
+        let mut tried = Vec::new();
+        for (shard, seen) in (0..shards).zip(&seen) {
             if self.held.iter().any(|h| h.shard == shard) {
                 continue;
             }
-            let mine = self.assignment.target(shard) == Some(self.me());
-            let take = match &seen {
-                Observed::Vacant => {
-                    let since = *self.vacant_since.entry(shard).or_insert(now);
-                    mine || now.duration_since(since) >= self.policy.retry_period
+            let me = &self.client.spec().holder;
+            let judged = self.vacancies.judge(
+                (shard, seen),
+                (sent, now),
+                me,
+                p.retry_period,
+                &mut |id: &str| without.target(shard, id),
+            );
+            match judged {
+                Verdict::Take => tried.push(shard),
+                Verdict::Wait(at) => {
+                    next = next.min(at.unwrap_or(now + p.retry_period / 2));
                 }
-                Observed::Reserved { for_identity, .. } => for_identity == self.me(),
-                _ => false,
-            };
-            if !matches!(seen, Observed::Vacant) {
-                self.vacant_since.remove(&shard);
-            }
-            let free_at = match seen.remaining() {
-                Some(left) if !take => sent + left + Duration::from_millis(1),
-                _ => now + self.policy.retry_period / 2,
-            };
-            if !take {
-                next = next.min(free_at);
-                continue;
-            }
-            if let Ok(Acquire::Acquired(term)) = self.client.try_acquire_shard(shard, budget).await
-            {
-                self.vacant_since.remove(&shard);
-                self.held.push(ShardTerm { shard, term });
-                fresh.push(shard);
-                granted = true;
-            } else {
-                next = next.min(free_at);
             }
         }
-        if granted {
-            self.publish();
-            for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
-                self.events.acquired(&self.owned_of(held));
-            }
+        let tried = self.within_bound(tried);
+        let replies = self.try_shards(&tried, budget).await;
+        let taken = self.took(replies);
+        if taken.len() < tried.len() {
+            next = next.min(Instant::now() + self.policy.retry_period / 2);
         }
+        fresh.extend(taken);
+        self.began(&fresh);
         next
+    }
+
+    /// `shards` cut to the room `max_shards_per_replica` leaves beside the shards held, this
+    /// replica's targets first: a hard bound, vacant shards included (with `shards: K` and 1
+    /// it is a semaphore). Without it, only balance bounds what a replica takes.
+    fn within_bound(&self, mut shards: Vec<u32>) -> Vec<u32> {
+        let max = self.policy.max_shards_per_replica as usize;
+        if max > 0 {
+            let me = self.me();
+            shards.sort_by_key(|&s| (self.assignment.target(s) != Some(me), s));
+            shards.truncate(max.saturating_sub(self.held.len()));
+        }
+        shards
+    }
+
+    /// Tries every shard of `shards` at once.
+    async fn try_shards(&self, shards: &[u32], budget: Duration) -> Vec<(u32, Acquire)> {
+        let tries = shards
+            .iter()
+            .map(|&s| self.client.try_acquire_shard(s, budget));
+        let replies = join_all(tries).await;
+        let answered = shards.iter().zip(replies);
+        answered.filter_map(|(s, r)| Some((*s, r.ok()?))).collect()
+    }
+
+    /// Holds each shard granted in `replies`; returns them.
+    fn took(&mut self, replies: Vec<(u32, Acquire)>) -> Vec<u32> {
+        let mut taken = Vec::new();
+        for (shard, reply) in replies {
+            if let Acquire::Acquired(term) = reply {
+                self.vacancies.taken(shard);
+                self.held.push(ShardTerm { shard, term });
+                taken.push(shard);
+            }
+        }
+        taken
+    }
+
+    /// Publishes the shards of `fresh` (just taken) and tells of each term begun.
+    fn began(&self, fresh: &[u32]) {
+        if fresh.is_empty() {
+            return;
+        }
+        self.publish();
+        for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
+            self.events.acquired(&self.owned_of(held));
+        }
     }
 
     /// On shutdown: every held shard stepped down (published), the registry entry removed (so
@@ -516,25 +608,13 @@ impl<C: ShardLeases> ShardElector<C> {
 
     /// Each of `held` with its target in the assignment without this replica.
     fn with_next_targets(&self, held: Vec<ShardTerm>) -> Vec<(ShardTerm, Option<String>)> {
-        let next = self.without_me();
+        let (name, max) = (&self.client.spec().name, self.policy.max_shards_per_replica);
+        let mut next = Without::new(&self.assignment, name, max);
         let with_target = |h: ShardTerm| {
-            let to = next.target(h.shard).map(str::to_owned);
+            let to = next.target(h.shard, self.me());
             (h, to)
         };
         held.into_iter().map(with_target).collect()
-    }
-
-    /// The assignment of the last members read, without this replica.
-    fn without_me(&self) -> Assignment {
-        let me = self.me();
-        let others: Vec<&String> = self
-            .assignment
-            .members()
-            .iter()
-            .filter(|m| m.as_str() != me)
-            .collect();
-        let (name, p) = (&self.client.spec().name, &self.policy);
-        Assignment::compute(name, p.shards, &others, p.max_shards_per_replica)
     }
 }
 

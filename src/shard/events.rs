@@ -5,7 +5,7 @@
 use futures::future::BoxFuture;
 
 use super::OwnedShard;
-use crate::lease::LeaseError;
+use crate::lease::{LeaseError, Registration};
 
 /// Why a shard's term ended (the `reason` of `stepped_down`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -20,16 +20,19 @@ pub enum ShardStepDown {
     Yield,
     /// The elector is shutting down.
     Shutdown,
+    /// The shard's work ended by itself (`child_exit`, as with one lease).
+    WorkExit,
 }
 
 impl ShardStepDown {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [ShardStepDown; 5] = [
+    pub const ALL: [ShardStepDown; 6] = [
         ShardStepDown::Lost,
         ShardStepDown::Deadline,
         ShardStepDown::Rebalance,
         ShardStepDown::Yield,
         ShardStepDown::Shutdown,
+        ShardStepDown::WorkExit,
     ];
 
     /// The label used in logs and metrics.
@@ -40,6 +43,7 @@ impl ShardStepDown {
             ShardStepDown::Rebalance => "rebalance",
             ShardStepDown::Yield => "yield",
             ShardStepDown::Shutdown => "shutdown",
+            ShardStepDown::WorkExit => "child_exit",
         }
     }
 }
@@ -51,6 +55,11 @@ pub trait ShardEvents: Send + Sync + 'static {
     fn attempted(&self) {}
     /// A Redis call failed (each shard keeps its own deadline meanwhile).
     fn redis_failed(&self, _err: &LeaseError) {}
+    /// A Redis call answered (after failures: Redis answers again).
+    fn redis_answered(&self) {}
+    /// What a heartbeat found about this replica's own registry entry (another live process
+    /// registering its identity, a full registry).
+    fn registered(&self, _registration: Registration) {}
     /// A shard's term began.
     fn acquired(&self, _owned: &OwnedShard) {}
     /// A shard's validity moved forward.

@@ -2,16 +2,16 @@
 //! state (`shards.owned`), logged as `acquired` / `renewed` / `stepped_down` with `"shard"`,
 //! counted, and given to the hooks with `LEADERD_SHARD`.
 
-use std::sync::Arc;
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 
-use super::{now_ms, Reporter};
+use super::{now_ms, Own, Reporter};
 use crate::daemon::exec::ShardWork;
 use crate::daemon::hooks::HookEvent;
 use crate::daemon::state::{Phase, ShardsView};
-use crate::lease::{unix_ms, LeaseError};
+use crate::lease::{unix_ms, LeaseError, Registration};
 use crate::shard::{OwnedShard, ShardEvents, ShardStepDown};
 
 /// A [`Reporter`] for a sharded election of `count` shards.
@@ -20,11 +20,14 @@ pub(crate) struct ShardReporter {
     reporter: Reporter,
     /// Exec mode: the children of the owned shards.
     work: Option<Arc<ShardWork>>,
+    /// What the heartbeats found about this replica's own entry.
+    own: Arc<Mutex<Own>>,
 }
 
 impl ShardReporter {
-    /// Publishes the state of an election of `count` shards, none owned yet.
-    pub(crate) fn new(reporter: Reporter, count: u32) -> ShardReporter {
+    /// Publishes the state of an election of `count` shards, none owned yet (leases of
+    /// `lease_duration`).
+    pub(crate) fn new(reporter: Reporter, count: u32, lease_duration: Duration) -> ShardReporter {
         reporter.metrics.set_shards(count);
         reporter.state.send_modify(|s| {
             s.shards = Some(ShardsView {
@@ -35,6 +38,7 @@ impl ShardReporter {
         ShardReporter {
             reporter,
             work: None,
+            own: Arc::new(Mutex::new(Own::new(lease_duration))),
         }
     }
 
@@ -90,6 +94,18 @@ impl ShardEvents for ShardReporter {
 
     fn redis_failed(&self, err: &LeaseError) {
         self.reporter.failed(err);
+    }
+
+    /// After failures, `redis_recovered` (as with one lease).
+    fn redis_answered(&self) {
+        self.reporter.recovered();
+    }
+
+    /// `identity_conflict`, `registry_full` and the gauge, as the candidacy of one lease.
+    fn registered(&self, registration: Registration) {
+        let r = &self.reporter;
+        let mut own = self.own.lock().expect("shard reporter");
+        own.found(registration, &r.identity, &r.metrics);
     }
 
     fn acquired(&self, o: &OwnedShard) {

@@ -1,7 +1,8 @@
 //! `leaderd run` in a sharded election (README, "Shards"): the shard elector instead of the
-//! single lease's, with the same outputs beside it, stopped in the same order.
+//! single lease's, with the same outputs beside it, stopped in the same order; with
+//! `on_exit: exit` a shard's child exiting by itself stops it with the child's code.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -9,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::beside::Running;
 use crate::backend::Backend;
-use crate::daemon::config::Config;
-use crate::daemon::exec::ShardWork;
+use crate::daemon::config::{Config, OnExit};
+use crate::daemon::exec::{ChildExits, ShardWork};
 use crate::daemon::report::ShardReporter;
 use crate::election::{handover_window, Timing};
 use crate::shard::{ShardElector, ShardPolicy};
@@ -46,18 +47,29 @@ pub(super) async fn run(
 ) -> i32 {
     let (running, feeds) =
         Running::start(&lease, Some(&*lease), &config, listener, None, &shutdown);
-    let mut reporter = ShardReporter::new(feeds.reporter, config.election.shards);
+    let e = &config.election;
+    let mut reporter = ShardReporter::new(feeds.reporter, e.shards, e.lease_duration);
+    let (to_elector, exits) = mpsc::channel(e.shards as usize);
+    let code = Arc::new(OnceLock::new());
     if !config.exec.command.is_empty() {
-        reporter = reporter.with_work(ShardWork::new(&config));
+        let exit = (config.exec.on_exit == OnExit::Exit).then(|| (code.clone(), shutdown.clone()));
+        let exits = ChildExits {
+            elector: to_elector,
+            exit,
+        };
+        reporter = reporter.with_work(ShardWork::new(&config, exits));
     }
     let elector = ShardElector::new(lease.twin(), policy(&config))
         .with_events(Arc::new(reporter.clone()))
         .with_health(feeds.healthy)
-        .with_yields(yields);
+        .with_yields(yields)
+        .with_work_exits(exits);
     elector.run(shutdown).await;
     reporter.stopped();
     drop(reporter); // the leader file's writer ends once every state sender is gone
     running.shutdown().await;
-    tracing::info!(event = "exited", code = 0, "leaderd stopped");
-    0
+    // `on_exit: exit`: leaderd's code is the child's (README, "Exec mode").
+    let code = code.get().copied().unwrap_or(0);
+    tracing::info!(event = "exited", code, "leaderd stopped");
+    code
 }
