@@ -27,7 +27,6 @@ pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
 #[cfg(feature = "daemon")]
 pub(crate) use handover::target as handover_target;
 use handover::Successor;
-#[cfg(feature = "daemon")]
 pub(crate) use leader::handover_window;
 pub use types::{
     AfterLoss, AfterWorkExit, Inputs, LeaderWork, NoWork, Policy, StepDown, Timing,

@@ -66,6 +66,29 @@
 //! let code = election::run(client, policy, NoWork, Inputs::new(shutdown), Log).await;
 //! # let _ = code; Ok(()) }
 //! ```
+//!
+//! # A sharded elector
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use leaderd::election::Timing;
+//! use leaderd::shard::{ShardElector, ShardPolicy};
+//! use leaderd::{LeaseClient, LeaseSpec};
+//!
+//! let lease = Duration::from_secs(15);
+//! let spec = LeaseSpec::new("tenant-scheduler", "pod-a", lease);
+//! let client = LeaseClient::connect("redis://127.0.0.1:6379/0", spec)?;
+//! let elector = ShardElector::new(client, ShardPolicy::new(64, Timing::new(lease)));
+//! let mut owned = elector.watch(); // the shards owned now, each with its fence and validity
+//! let shutdown = tokio_util::sync::CancellationToken::new(); // cancel it to hand them over
+//! tokio::spawn(elector.run(shutdown.clone()));
+//! while owned.changed().await.is_ok() {
+//!     let shards: Vec<(u32, u64)> = owned.borrow().iter().map(|s| (s.shard, s.fence)).collect();
+//!     println!("own (shard, fence): {shards:?}"); // stop each shard's work before its valid_until
+//! }
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 

@@ -17,6 +17,7 @@ use super::events::NoEvents;
 use super::members::Members;
 use super::vacancy::{Vacancies, Verdict, Without};
 use super::{Assignment, ShardEvents, ShardLeases, ShardRenewal, ShardStepDown, ShardTerm};
+use crate::election::{handover_window, Timing};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, LeaseClient};
 use crate::lease::{Announcement, LeaseError, Reservation};
 
@@ -38,6 +39,27 @@ pub struct ShardPolicy {
     pub retry_period: Duration,
     /// How long a shard released to its target stays reserved for it.
     pub handover_window: Duration,
+}
+
+impl ShardPolicy {
+    /// `shards` shards (1..=4096) with `timing`'s lease, renew deadline and retry period, no
+    /// bound but balance, and the election's handover window.
+    pub fn new(shards: u32, timing: Timing) -> Self {
+        ShardPolicy {
+            shards,
+            max_shards_per_replica: 0,
+            lease_duration: timing.lease_duration,
+            renew_deadline: timing.renew_deadline,
+            retry_period: timing.retry_period,
+            handover_window: handover_window(&timing),
+        }
+    }
+
+    /// The most shards one replica owns, a hard bound (0: none but balance).
+    pub fn with_max_shards_per_replica(mut self, max: u32) -> Self {
+        self.max_shards_per_replica = max;
+        self
+    }
 }
 
 /// One shard this replica owns, as published.

@@ -13,7 +13,7 @@ use crate::backend::Backend;
 use crate::daemon::config::{Config, OnExit};
 use crate::daemon::exec::{ChildExits, ShardWork};
 use crate::daemon::report::ShardReporter;
-use crate::election::{handover_window, Timing};
+use crate::election::Timing;
 use crate::shard::{ShardElector, ShardPolicy};
 
 /// The shape and timing of `config`'s sharded election.
@@ -26,14 +26,7 @@ fn policy(config: &Config) -> ShardPolicy {
         jitter: e.jitter,
         command_timeout: config.redis.command_timeout,
     };
-    ShardPolicy {
-        shards: e.shards,
-        max_shards_per_replica: e.max_shards_per_replica,
-        lease_duration: e.lease_duration,
-        renew_deadline: e.renew_deadline,
-        retry_period: e.retry_period,
-        handover_window: handover_window(&timing),
-    }
+    ShardPolicy::new(e.shards, timing).with_max_shards_per_replica(e.max_shards_per_replica)
 }
 
 /// Runs the shard elector over its own twin of `lease` until `shutdown` (exit code 0): it steps down and
