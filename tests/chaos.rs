@@ -26,7 +26,7 @@ use chaos_common::clock::Step;
 use chaos_common::report::{check_children, timeline_svg};
 use chaos_common::{
     daemon_opts, handover_in_background, lease_key, ms, priority_yaml, replica_of, ChaosWorld,
-    Fault, Faults, Kind, Pending, ReplicaUndo, Replicas, Settings, Timings, REPLICAS,
+    Fault, FaultTargets, Faults, Kind, Pending, ReplicaUndo, Settings, Timings, REPLICAS,
 };
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -81,7 +81,7 @@ enum Undo {
 struct World {
     redis: RedisServer,
     proxies: Vec<Proxy>,
-    replicas: Replicas,
+    replicas: FaultTargets,
     redis_busy: bool,
     pending: Pending<Undo>,
     priorities: Vec<u32>,
@@ -102,7 +102,7 @@ impl World {
             _ => String::new(),
         };
         let replicas =
-            Replicas::spawn(|i| daemon_opts(s, i, &proxies[i].url(), &election(i), &TIMINGS));
+            FaultTargets::spawn(|i| daemon_opts(s, i, &proxies[i].url(), &election(i), &TIMINGS));
         let dir = tempfile::tempdir().expect("a temp dir");
         let path = dir.path().join("cli.yaml");
         let opts = daemon_opts(s, 0, &redis.url(), "", &TIMINGS);
@@ -136,7 +136,7 @@ impl World {
 }
 
 impl ChaosWorld for World {
-    fn replicas(&mut self) -> &mut Replicas {
+    fn replicas(&mut self) -> &mut FaultTargets {
         &mut self.replicas
     }
 

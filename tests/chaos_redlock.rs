@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chaos_common::{
-    daemon_opts, lease_key, ms, replica_of, ChaosWorld, Faults, Kind, Pending, ReplicaUndo,
-    Replicas, Settings, Timings, NAME,
+    daemon_opts, lease_key, ms, replica_of, ChaosWorld, FaultTargets, Faults, Kind, Pending,
+    ReplicaUndo, Settings, Timings, NAME,
 };
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -77,7 +77,7 @@ struct World {
     nodes: Vec<RedisServer>,
     proxies: Vec<Proxy>,
     node_busy: Vec<bool>,
-    replicas: Replicas,
+    replicas: FaultTargets,
     pending: Pending<Undo>,
     /// 0, or the election's shards (`CHAOS_SHARDS`).
     shards: u32,
@@ -93,7 +93,7 @@ impl World {
         let proxies: Vec<Proxy> = nodes.iter().map(|n| Proxy::start(n.addr())).collect();
         let list: Vec<String> = proxies.iter().map(|p| format!("\"{}\"", p.url())).collect();
         let yaml = format!("redis:\n  mode: redlock\n  urls: [{}]\n", list.join(", "));
-        let replicas = Replicas::spawn(|i| daemon_opts(s, i, "", &yaml, &TIMINGS));
+        let replicas = FaultTargets::spawn(|i| daemon_opts(s, i, "", &yaml, &TIMINGS));
         World {
             nodes,
             proxies,
@@ -178,7 +178,7 @@ impl World {
 }
 
 impl ChaosWorld for World {
-    fn replicas(&mut self) -> &mut Replicas {
+    fn replicas(&mut self) -> &mut FaultTargets {
         &mut self.replicas
     }
 

@@ -24,7 +24,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use chaos_common::{
-    daemon_opts, ms, replica_of, ChaosWorld, Faults, Kind, Pending, ReplicaUndo, Replicas,
+    daemon_opts, ms, replica_of, ChaosWorld, FaultTargets, Faults, Kind, Pending, ReplicaUndo,
     Settings, Timings, NAME,
 };
 use rand::rngs::StdRng;
@@ -111,7 +111,7 @@ enum Undo {
 struct World {
     servers: Vec<RedisServer>,
     sentinels: Vec<Sentinel>,
-    replicas: Replicas,
+    replicas: FaultTargets,
     redis_busy: bool,
     /// No Redis fault before this: the election gets a quiet time after each one.
     redis_quiet_until: Instant,
@@ -141,7 +141,7 @@ impl World {
             urls.join(", "),
             min_replicas_ack()
         );
-        let replicas = Replicas::spawn(|i| daemon_opts(s, i, "", &yaml, &TIMINGS));
+        let replicas = FaultTargets::spawn(|i| daemon_opts(s, i, "", &yaml, &TIMINGS));
         World {
             servers,
             sentinels,
@@ -238,7 +238,7 @@ impl World {
 }
 
 impl ChaosWorld for World {
-    fn replicas(&mut self) -> &mut Replicas {
+    fn replicas(&mut self) -> &mut FaultTargets {
         &mut self.replicas
     }
 

@@ -10,7 +10,7 @@
 //! "Shards": every check per shard, and in exec mode one child per owned shard, writing
 //! `<unix_ms> <fence> <shard>`), `CHAOS_OUT` (default `target/tmp/chaos-<label>`).
 // Each mode (chaos.rs, chaos_sentinel.rs, chaos_redlock.rs) compiles this harness and
-// injects its own kinds of fault: what one mode leaves unused (a `Kind`, `Replicas::inject`,
+// injects its own kinds of fault: what one mode leaves unused (a `Kind`, `FaultTargets::inject`,
 // `handover_in_background`) another uses, so unused items are not reported here.
 #![allow(dead_code)]
 
@@ -195,7 +195,7 @@ impl Faults {
 
 /// One mode's processes and faults.
 pub trait ChaosWorld {
-    fn replicas(&mut self) -> &mut Replicas;
+    fn replicas(&mut self) -> &mut FaultTargets;
     /// Injects one fault; false when it chose to wait (no leader to hit right now).
     fn inject(&mut self, rng: &mut StdRng, faults: &mut Faults) -> bool;
     /// Ends the faults that are due (all of them with `all`).
@@ -451,8 +451,9 @@ pub fn ms(rng: &mut StdRng, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(rng.random_range(lo..=hi))
 }
 
-/// The leaderd replicas and the process faults every mode injects on them.
-pub struct Replicas {
+/// The leaderd processes of a chaos run, in any Redis mode, and the process faults every
+/// mode injects on them. (`support::Replicas` is another thing: replicas on one Redis it owns.)
+pub struct FaultTargets {
     pub daemons: Vec<Daemon>,
     /// Replicas that are under a fault now.
     pub busy: Vec<bool>,
@@ -467,9 +468,9 @@ pub enum ReplicaUndo {
     Free(usize),
 }
 
-impl Replicas {
-    pub fn spawn(opts: impl Fn(usize) -> DaemonOpts) -> Replicas {
-        Replicas {
+impl FaultTargets {
+    pub fn spawn(opts: impl Fn(usize) -> DaemonOpts) -> FaultTargets {
+        FaultTargets {
             daemons: (0..REPLICAS).map(|i| Daemon::spawn(&opts(i))).collect(),
             busy: vec![false; REPLICAS],
         }
