@@ -15,6 +15,8 @@ mod bench {
     pub mod lock;
     pub mod proxy;
     pub mod registry;
+    pub mod shard_cost;
+    pub mod shard_moves;
     pub mod shards;
     pub mod stats;
     pub mod timings;
@@ -97,7 +99,7 @@ fn main() {
             }
             "proxy" => bench::proxy::run(quick, &mut tables, &mut json),
             "registry" => bench::registry::run(quick, &mut tables, &mut json),
-            "shards" => bench::shards::run(&mut tables, &mut json),
+            "shards" => bench::shards::run(quick, &mut tables, &mut json),
             "followers" => bench::followers::run(
                 if quick { 30.0 } else { 90.0 },
                 if quick { 10 } else { 30 },
