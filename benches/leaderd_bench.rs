@@ -5,6 +5,7 @@
 //! Sections: handover, crash, steady, herd, lock, proxy, followers, registry, shards (default: all). `BENCH_LOCK_ONLY=rslock,lease`
 //! limits the lock section to some of floor, rslock, election, lease, locker, plain;
 //! `BENCH_LOCK_SERVERS=redis,valkey9` (the default) names the servers it runs on (also valkey8).
+//! `BENCH_SHARDS_ONLY=balance,moves,cost` limits the shards section to some of its parts.
 
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -91,6 +91,10 @@ pub struct Leave {
     pub unowned_ms: Vec<f64>,
     pub late_ms: Vec<f64>,
     pub late_pttl_ms: Vec<f64>,
+    /// Per leave: the mean time between one takeover and the next, in order of acquire.
+    pub spacing_ms: Vec<f64>,
+    /// Per leave: the latest old claim's end less the earliest (0: all ended at once).
+    pub ends_spread_ms: Vec<f64>,
 }
 
 /// SIGTERM (or, `kill`, SIGKILL at a random point of the renew cycle) of replica `victim`
@@ -134,11 +138,38 @@ pub fn leave(c: &mut Replicas, victim: usize, kill: bool, t: Timings) -> Leave {
             out.late_pttl_ms.push(at - expiry_pttl[k]);
         }
     }
+    out.spacing_ms.push(spacing(&out.from_signal_ms));
+    let ends = owned.iter().map(|(s, f)| {
+        let of = |(_, b): &&(Term, Option<Term>)| {
+            b.as_ref()
+                .is_some_and(|b| b.shard == Some(*s) && b.fence == *f)
+        };
+        moved
+            .iter()
+            .find(of)
+            .and_then(|(_, b)| b.as_ref())
+            .map_or(0.0, |b| b.claim_end_ms() as f64)
+    });
+    let ends: Vec<f64> = ends.collect();
+    let spread = ends.iter().copied().fold(f64::NAN, f64::max)
+        - ends.iter().copied().fold(f64::NAN, f64::min);
+    out.ends_spread_ms.push(spread);
     let code = c.daemons[victim].wait_exit(Duration::from_secs(10));
     assert_eq!(code, Some(if kill { 137 } else { 0 }), "r{victim}'s exit");
     c.daemons[victim].restart();
     settle(c, &[0, 1, 2], t);
     out
+}
+
+/// The mean step between consecutive values of `times` once sorted (0 for fewer than 2).
+fn spacing(times: &[f64]) -> f64 {
+    let (lo, hi) = times
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), t| (l.min(*t), h.max(*t)));
+    if times.len() < 2 {
+        return 0.0;
+    }
+    (hi - lo) / (times.len() - 1) as f64
 }
 
 /// When each of `owned`'s shard keys expires as Redis has it: its PTTL, read in one script
@@ -241,5 +272,7 @@ impl Leave {
         self.unowned_ms.extend(other.unowned_ms);
         self.late_ms.extend(other.late_ms);
         self.late_pttl_ms.extend(other.late_pttl_ms);
+        self.spacing_ms.extend(other.spacing_ms);
+        self.ends_spread_ms.extend(other.ends_spread_ms);
     }
 }

@@ -72,8 +72,16 @@ fn moved_cells(moved: &[f64], ideal: f64) -> [String; 2] {
     [cell, f(max(moved) / ideal, 2)]
 }
 
+/// `BENCH_SHARDS_ONLY=balance,moves,cost` runs only those parts (default: all).
+fn part(name: &str) -> bool {
+    std::env::var("BENCH_SHARDS_ONLY")
+        .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
+}
+
 pub fn run(quick: bool, tables: &mut Vec<Table>, json: &mut Json) {
-    balance(tables, json);
+    if part("balance") {
+        balance(tables, json);
+    }
     let runs = if quick {
         Runs {
             joins: 2,
@@ -87,9 +95,13 @@ pub fn run(quick: bool, tables: &mut Vec<Table>, json: &mut Json) {
             kills: 15,
         }
     };
-    eprintln!("  shards: moves with {} replicas", FAST.label);
-    moves(FAST, &shard_moves::measure(FAST, &runs), tables, json);
-    super::shard_cost::run(quick, tables, json);
+    if part("moves") {
+        eprintln!("  shards: moves with {} replicas", FAST.label);
+        moves(FAST, &shard_moves::measure(FAST, &runs), tables, json);
+    }
+    if part("cost") {
+        super::shard_cost::run(quick, tables, json);
+    }
 }
 
 fn balance(tables: &mut Vec<Table>, json: &mut Json) {
@@ -211,6 +223,16 @@ fn moves(t: Timings, s: &Samples, tables: &mut Vec<Table>, json: &mut Json) {
         None,
         "",
     );
+    let stairs = summarize(&s.terms.spacing_ms);
+    let spread = summarize(&s.terms.ends_spread_ms);
+    row(
+        &mut table,
+        "SIGTERM: per run, mean time from one shard's takeover to the next (ms)",
+        &stairs,
+        "",
+        None,
+        "",
+    );
     let late = summarize(&s.kills.late_ms);
     let late_pttl = summarize(&s.kills.late_pttl_ms);
     let total = summarize(&s.kills.from_signal_ms);
@@ -245,6 +267,10 @@ fn moves(t: Timings, s: &Samples, tables: &mut Vec<Table>, json: &mut Json) {
         "{} joins, {} SIGTERMs, {} SIGKILLs (victims r0, r1, r2 in turn; each restarted and the 3 settled again before the next); {} shard terms in all, no two claims of one shard overlapping (the safety checker over every log).",
         s.joins.len(), s.term_runs.len(), s.kill_runs, s.safety_terms
     ));
+    table.note(format!(
+        "SIGTERM: the leaver's shards' claims all end within {} ms of each other (max over runs: every shard stepped down at once); the takeovers then come one after another.",
+        f(spread.max, 0)
+    ));
     table.note("Times are the replicas' logged `acquired_at_ms` (1 ms resolution) against the wall clock read just before the spawn or the signal; a shard's unowned time is its new term's `acquired_at_ms` less the old term's claim end (`ended_at_ms`, or its last `lease_valid_until_ms` if earlier). Expiry = last logged validity + drift (1% of LD + 2 ms).");
     table.note("Otherwise: knative's buckets (knative.dev/pkg leaderelection) run one client-go LeaderElector per bucket with ReleaseOnCancel; followers poll every RP x (1 + U(0, 1.2)), so a released bucket waits for a poll and a dead holder's bucket for LD from the last renew a poll saw, plus a poll. Derived from client-go's timings, not measured here.");
     tables.push(table);
@@ -254,6 +280,7 @@ fn moves(t: Timings, s: &Samples, tables: &mut Vec<Table>, json: &mut Json) {
         "join_share_ms": sum(&share), "join_moves": sum(&moved), "join_unowned_ms": sum(&gaps),
         "join_share_size": s.joins.iter().map(|j| j.share).collect::<Vec<_>>(),
         "sigterm_run_ms": sum(&term_runs), "sigterm_unowned_ms": sum(&term_gap),
+        "sigterm_takeover_spacing_ms": sum(&stairs), "sigterm_claim_end_spread_ms": sum(&spread),
         "sigkill_late_ms": sum(&late), "sigkill_late_pttl_ms": sum(&late_pttl), "sigkill_from_kill_ms": sum(&total),
         "safety_terms": s.safety_terms,
     }));
