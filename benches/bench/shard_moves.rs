@@ -95,6 +95,10 @@ pub struct Leave {
     pub spacing_ms: Vec<f64>,
     /// Per leave: the latest old claim's end less the earliest (0: all ended at once).
     pub ends_spread_ms: Vec<f64>,
+    /// Per SIGKILL: `(margin, latest)`: how long before its shards' earliest expiry the dead
+    /// replica's registry entry stopped counting as a member (its last refresh +
+    /// `lease_duration / 2`), and the run's latest lateness.
+    pub dropout: Vec<(f64, f64)>,
 }
 
 /// SIGTERM (or, `kill`, SIGKILL at a random point of the renew cycle) of replica `victim`
@@ -107,10 +111,13 @@ pub fn leave(c: &mut Replicas, victim: usize, kill: bool, t: Timings) -> Leave {
         std::thread::sleep(Duration::from_millis(super::election::rand_ms(t.retry_ms)));
     }
     let t0 = unix_ms_f64();
-    let mut expiry_pttl = Vec::new();
+    let (mut expiry_pttl, mut dropout_at) = (Vec::new(), f64::NAN);
     if kill {
         c.daemons[victim].kill();
         expiry_pttl = pttl_expiries(c, &owned);
+        let index = c.keys().candidates_index;
+        let seen = c.redis.cmd(&["ZSCORE", &index, c.identity(victim)]);
+        dropout_at = seen.parse::<f64>().unwrap_or(f64::NAN) + t.lease_ms as f64 / 2.0;
     } else {
         c.daemons[victim].signal(Signal::SIGTERM);
     }
@@ -139,6 +146,11 @@ pub fn leave(c: &mut Replicas, victim: usize, kill: bool, t: Timings) -> Leave {
         }
     }
     out.spacing_ms.push(spacing(&out.from_signal_ms));
+    if kill {
+        let first = expiry_pttl.iter().copied().fold(f64::NAN, f64::min);
+        let latest = out.late_ms.iter().copied().fold(f64::NAN, f64::max);
+        out.dropout.push((first - dropout_at, latest));
+    }
     let ends = owned.iter().map(|(s, f)| {
         let of = |(_, b): &&(Term, Option<Term>)| {
             b.as_ref()
@@ -274,5 +286,6 @@ impl Leave {
         self.late_pttl_ms.extend(other.late_pttl_ms);
         self.spacing_ms.extend(other.spacing_ms);
         self.ends_spread_ms.extend(other.ends_spread_ms);
+        self.dropout.extend(other.dropout);
     }
 }

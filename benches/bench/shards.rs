@@ -271,6 +271,15 @@ fn moves(t: Timings, s: &Samples, tables: &mut Vec<Table>, json: &mut Json) {
         "SIGTERM: the leaver's shards' claims all end within {} ms of each other (max over runs: every shard stepped down at once); the takeovers then come one after another.",
         f(spread.max, 0)
     ));
+    let pairs = s
+        .kills
+        .dropout
+        .iter()
+        .map(|(m, l)| format!("{} / {}", f(*m, 0), f(*l, 0)));
+    table.note(format!(
+        "SIGKILL, per run: how long before its shards' first expiry the dead replica stopped being a member (last registry refresh + LD/2; the others see it at their next read, every LD/3) / the run's latest lateness (ms): {}.",
+        pairs.collect::<Vec<_>>().join(", ")
+    ));
     table.note("Times are the replicas' logged `acquired_at_ms` (1 ms resolution) against the wall clock read just before the spawn or the signal; a shard's unowned time is its new term's `acquired_at_ms` less the old term's claim end (`ended_at_ms`, or its last `lease_valid_until_ms` if earlier). Expiry = last logged validity + drift (1% of LD + 2 ms).");
     table.note("Otherwise: knative's buckets (knative.dev/pkg leaderelection) run one client-go LeaderElector per bucket with ReleaseOnCancel; followers poll every RP x (1 + U(0, 1.2)), so a released bucket waits for a poll and a dead holder's bucket for LD from the last renew a poll saw, plus a poll. Derived from client-go's timings, not measured here.");
     tables.push(table);
