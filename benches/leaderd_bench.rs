@@ -5,6 +5,7 @@
 //! Sections: handover, crash, steady, herd, lock, proxy, followers, registry, shards (default: all). `BENCH_LOCK_ONLY=rslock,lease`
 //! limits the lock section to some of floor, rslock, election, lease, locker, plain;
 //! `BENCH_LOCK_SERVERS=redis,valkey9` (the default) names the servers it runs on (also valkey8).
+//! `BENCH_SHARDS_ONLY=balance,moves,cost` limits the shards section to some of its parts.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -15,6 +16,8 @@ mod bench {
     pub mod lock;
     pub mod proxy;
     pub mod registry;
+    pub mod shard_cost;
+    pub mod shard_moves;
     pub mod shards;
     pub mod stats;
     pub mod timings;
@@ -97,7 +100,7 @@ fn main() {
             }
             "proxy" => bench::proxy::run(quick, &mut tables, &mut json),
             "registry" => bench::registry::run(quick, &mut tables, &mut json),
-            "shards" => bench::shards::run(&mut tables, &mut json),
+            "shards" => bench::shards::run(quick, &mut tables, &mut json),
             "followers" => bench::followers::run(
                 if quick { 30.0 } else { 90.0 },
                 if quick { 10 } else { 30 },

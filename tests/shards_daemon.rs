@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use leaderd::shard::Assignment;
@@ -13,6 +12,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::logs::wait_event;
 use support::metrics::metric;
+use support::shards::{owned_in_doc, owners, shard_rows as shards, wait_assigned};
 use support::{check_logs, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const NAME: &str = "sh-daemon";
@@ -37,66 +37,12 @@ fn redlock_replica(nodes: &[RedisServer], id: &str) -> Daemon {
     Daemon::spawn(&opts)
 }
 
-/// One row of `GET /shards`: shard, owner, target.
-type Row = (u64, Option<String>, Option<String>);
-
-/// `GET /shards` of `d`; None when it does not answer 200.
-fn shards(d: &Daemon) -> Option<Vec<Row>> {
-    let (code, body) = d.get("/shards");
-    if code != 200 {
-        return None;
-    }
-    let rows: Vec<Value> = serde_json::from_str(&body).ok()?;
-    let text = |v: &Value| v.as_str().map(str::to_owned);
-    let rows = rows.iter().map(|r| {
-        (
-            r["shard"].as_u64().unwrap_or(u64::MAX),
-            text(&r["owner"]),
-            text(&r["target"]),
-        )
-    });
-    Some(rows.collect())
-}
-
-/// The owner of each shard, as `d` reads them now, when every shard is owned.
-fn owners(d: &Daemon) -> Option<BTreeMap<u64, String>> {
-    let rows = shards(d)?;
-    rows.into_iter()
-        .map(|(s, owner, _)| Some((s, owner?)))
-        .collect()
-}
-
 /// Waits until the shards' owners are exactly `expected`'s targets (read from `d`).
 fn settle_to(d: &Daemon, members: &[&str]) -> Assignment {
-    let expected = Assignment::compute(NAME, SHARDS, members, 0);
-    let want: BTreeMap<u64, String> = (0..SHARDS)
-        .map(|s| {
-            (
-                u64::from(s),
-                expected.target(s).expect("a target").to_owned(),
-            )
-        })
-        .collect();
-    let deadline = Instant::now() + SETTLE;
-    let mut last = None;
-    while Instant::now() < deadline {
-        last = owners(d);
-        if last.as_ref() == Some(&want) {
-            return expected;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("not settled to the assignment of {members:?} within {SETTLE:?}: want {want:?}, last {last:?}");
-}
-
-/// The shards `d`'s status document says it owns.
-fn owned_in_doc(d: &Daemon) -> Vec<u64> {
-    let doc = d.status_doc().expect("a status document");
-    let owned = doc["shards"]["owned"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    owned.iter().filter_map(|o| o["shard"].as_u64()).collect()
+    let step = Duration::from_millis(50);
+    wait_assigned(d, NAME, SHARDS, members, step, SETTLE).unwrap_or_else(|last| {
+        panic!("not settled to the assignment of {members:?} within {SETTLE:?}: last {last:?}")
+    })
 }
 
 /// Waits until every shard in `moving` is owned by one of `others` (read from `d`); returns

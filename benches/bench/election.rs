@@ -210,7 +210,7 @@ fn crash_runs(timings: Timings, replicas: usize, runs: usize) -> Vec<CrashSample
     out
 }
 
-fn rand_ms(below: u64) -> u64 {
+pub fn rand_ms(below: u64) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -280,14 +280,15 @@ pub fn crash(runs_fast: usize, runs_default: usize, tables: &mut Vec<Table>, out
 // ---------------------------------------------------------------------------------------
 // Steady cost
 
-struct Window {
-    secs: f64,
-    redis_cpu: f64,
-    calls: std::collections::BTreeMap<String, u64>,
-    cpu: Vec<Duration>,
+/// Redis's CPU and commands, and each replica's CPU, over a window of `secs`.
+pub struct Window {
+    pub secs: f64,
+    pub redis_cpu: f64,
+    pub calls: std::collections::BTreeMap<String, u64>,
+    pub cpu: Vec<Duration>,
 }
 
-fn window(c: &Replicas, secs: f64) -> Window {
+pub fn window(c: &Replicas, secs: f64) -> Window {
     let pids: Vec<u32> = c.daemons.iter().map(|d| d.pid()).collect();
     let cpu0: Vec<Duration> = pids
         .iter()
@@ -323,7 +324,7 @@ fn replicas_cpu(pids: &[u32]) -> f64 {
         .sum()
 }
 
-fn total_calls(w: &Window) -> u64 {
+pub fn total_calls(w: &Window) -> u64 {
     w.calls.values().sum()
 }
 

@@ -119,7 +119,15 @@ pub fn check_all_logs(daemons: &[Daemon]) -> Vec<Term> {
                     }
                     let reason = str_of(ev, "reason");
                     assert!(
-                        ["lost", "deadline", "shutdown", "yield", "child_exit"].contains(&reason),
+                        [
+                            "lost",
+                            "deadline",
+                            "shutdown",
+                            "yield",
+                            "child_exit",
+                            "rebalance"
+                        ]
+                        .contains(&reason),
                         "{replica}: bad reason: {ev}"
                     );
                     *downs.entry(u64_of(ev, "fence")).or_default() += 1;

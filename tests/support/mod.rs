@@ -18,6 +18,7 @@ pub mod redis;
 pub mod replicas;
 pub mod safety;
 pub mod sentinel;
+pub mod shards;
 pub mod timeshift;
 pub mod tools;
 
