@@ -58,6 +58,8 @@ pub use watch::ReleaseWatch;
 /// The lease's Lua scripts (each hashed once, for every client).
 struct Scripts {
     acquire: Script,
+    lock_acquire: Script,
+    lock_release: Script,
     renew: Script,
     release: Script,
     announce: Script,
@@ -68,6 +70,8 @@ struct Scripts {
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
     acquire: Script::new(include_str!("../lua/acquire.lua")),
+    lock_acquire: Script::new(include_str!("../lua/lock_acquire.lua")),
+    lock_release: Script::new(include_str!("../lua/lock_release.lua")),
     renew: Script::new(include_str!("../lua/renew.lua")),
     release: Script::new(include_str!("../lua/release.lua")),
     announce: Script::new(include_str!("../lua/announce.lua")),

@@ -34,14 +34,15 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Mutex};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::lease::{Acquire, Lease, LeaseClient, LeaseError, Term};
 
 mod native;
 mod plain;
+mod watchdog;
 
 pub use plain::PlainLease;
+use watchdog::Watchdog;
 
 /// Why a held lease ended without being released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,9 +100,15 @@ struct Hold {
     count: u32,
     term: Arc<StdMutex<Term>>,
     loss: watch::Receiver<Option<LossReason>>,
-    stop: CancellationToken,
-    /// Held by the watchdog while a renew is in flight.
-    renewing: Arc<Mutex<()>>,
+}
+
+/// The holder's watchdog, ended when the last clone of the holder is dropped.
+struct Dog(Arc<Watchdog>);
+
+impl Drop for Dog {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// A reentrant lock over one lease. Cheap to clone; clones are the same holder.
@@ -109,6 +116,7 @@ pub struct Locker<L: Lease> {
     client: Arc<L>,
     config: WatchdogConfig,
     hold: Arc<Mutex<Option<Hold>>>,
+    dog: Arc<Dog>,
 }
 
 impl<L: Lease> Clone for Locker<L> {
@@ -117,6 +125,7 @@ impl<L: Lease> Clone for Locker<L> {
             client: self.client.clone(),
             config: self.config,
             hold: self.hold.clone(),
+            dog: self.dog.clone(),
         }
     }
 }
@@ -134,6 +143,7 @@ impl<L: Lease> Locker<L> {
             client: Arc::new(client.for_lock()),
             config,
             hold: Arc::new(Mutex::new(None)),
+            dog: Arc::new(Dog(Arc::default())),
         }
     }
 
@@ -184,27 +194,14 @@ impl<L: Lease> Locker<L> {
         Some(self.guard(held))
     }
 
+    /// A new hold (replacing a dead one, whose loss watch closes), renewed by the watchdog.
     fn start(&self, hold: &mut Option<Hold>, term: Term) -> LeaseGuard<L> {
-        if let Some(old) = hold.take() {
-            old.stop.cancel();
-        }
-        let (tx, rx) = watch::channel(None);
         let term = Arc::new(StdMutex::new(term));
-        let stop = CancellationToken::new();
-        let renewing = Arc::new(Mutex::new(()));
-        tokio::spawn(watchdog(
-            self.client.clone(),
-            term.clone(),
-            self.config,
-            tx,
-            (stop.clone(), renewing.clone()),
-        ));
+        let loss = self.dog.0.watch(&self.client, self.config, term.clone());
         let new = Hold {
             count: 1,
             term,
-            loss: rx,
-            stop,
-            renewing,
+            loss,
         };
         let guard = self.guard(&new);
         *hold = Some(new);
@@ -229,10 +226,8 @@ impl<L: Lease> Locker<L> {
             return Ok(true);
         }
         let held = hold.take().expect("checked above");
-        // Stop the watchdog and wait for an in-flight renew, so release is ordered after it
-        // (without waiting for the watchdog's task to end: it ends when next polled).
-        held.stop.cancel();
-        let _ = held.renewing.lock().await;
+        // Release is ordered after a renew in flight.
+        self.dog.0.unwatch(&held.term).await;
         let term = held.term.lock().map(|t| t.clone()).ok();
         match term {
             Some(term) => {
@@ -335,58 +330,6 @@ impl<L: Lease> Drop for LeaseGuard<L> {
                     let _ = locker.unlock(&term).await;
                 });
             }
-        }
-    }
-}
-
-async fn watchdog<L: Lease>(
-    client: Arc<L>,
-    term: Arc<StdMutex<Term>>,
-    config: WatchdogConfig,
-    loss: watch::Sender<Option<LossReason>>,
-    (stop, renewing): (CancellationToken, Arc<Mutex<()>>),
-) {
-    loop {
-        // Never sleep past the renew deadline: after a failed renew, the loss must be
-        // reported at the deadline, not a whole renew interval later (maybe past validity).
-        let Ok(last_sent) = term.lock().map(|t| t.last_sent) else {
-            return;
-        };
-        let wake = (Instant::now() + config.renew_every).min(last_sent + config.renew_deadline);
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep_until(wake) => {}
-        }
-        let _renewing = renewing.lock().await;
-        if stop.is_cancelled() {
-            return; // released meanwhile: no renew after the release
-        }
-        let Ok(mut current) = term.lock().map(|t| t.clone()) else {
-            return;
-        };
-        let deadline = current.last_sent + config.renew_deadline;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let budget = left.min(client.default_budget());
-        let outcome = if budget.is_zero() {
-            Err(LeaseError::Timeout { last_seen: None })
-        } else {
-            client.renew(&mut current, budget).await
-        };
-        match outcome {
-            Ok(()) => {
-                if let Ok(mut t) = term.lock() {
-                    *t = current;
-                }
-            }
-            Err(LeaseError::Lost) => {
-                let _ = loss.send(Some(LossReason::Lost));
-                return;
-            }
-            Err(_) if Instant::now() >= deadline => {
-                let _ = loss.send(Some(LossReason::Deadline));
-                return;
-            }
-            Err(_) => {}
         }
     }
 }

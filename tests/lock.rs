@@ -382,3 +382,57 @@ async fn lock_fences_increase_without_a_counter_write_per_grant_and_across_data_
     );
     assert_eq!(bounded("release", g.release()).await, Ok(true));
 }
+
+/// One holder's watchdog renews each of its holds: one taken right after a release (the
+/// watchdog still sleeps for the earlier hold's renew) and one taken after the watchdog found
+/// nothing to renew and waits to be told of a hold (README, "Library").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_watchdog_renews_every_hold_of_its_holder() {
+    let redis = RedisServer::start();
+    seed_fence(&redis, "holds");
+    let lease = Duration::from_millis(600);
+    let a = locker(&redis.url(), "holds", "a", lease);
+    let b = locker(&redis.url(), "holds", "b", lease);
+    for pause in [Duration::ZERO, lease] {
+        let g = lock_now(&a).await;
+        assert_eq!(bounded("release", g.release()).await, Ok(true));
+        tokio::time::sleep(pause).await;
+        let g = lock_now(&a).await;
+        tokio::time::sleep(lease * 3).await;
+        assert!(g.is_valid() && not_lost(&g), "after {pause:?}: not renewed");
+        match bounded("try_lock", b.try_lock()).await {
+            Err(LeaseError::Held(_)) => {}
+            other => panic!("after {pause:?}: b got {:?}", other.map(|g| g.fence())),
+        }
+        assert_eq!(bounded("release", g.release()).await, Ok(true));
+    }
+}
+
+/// A lock released with a reservation (`Lease::release_to`) is taken by its successor alone:
+/// the lock's own acquire script leaves a reservation to acquire.lua (docs/protocol.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_lock_is_taken_by_its_successor_alone() {
+    let redis = RedisServer::start();
+    seed_fence(&redis, "handed");
+    let client = |holder: &str| {
+        LeaseClient::connect(&redis.url(), spec("handed", holder, Duration::from_secs(5)))
+            .expect("valid url")
+            .for_lock()
+    };
+    let (a, b, c) = (client("a"), client("b"), client("c"));
+    let term = match bounded("acquire", a.try_acquire(a.default_budget())).await {
+        Ok(leaderd::Acquire::Acquired(t)) => t,
+        other => panic!("a's acquire: {other:?}"),
+    };
+    let reserved = leaderd::handover::Reservation::new("b", Duration::from_secs(2));
+    let released = a.release_to(&term, Some(reserved), a.default_budget());
+    assert_eq!(bounded("release", released).await, Ok(true));
+    match bounded("acquire", c.try_acquire(c.default_budget())).await {
+        Ok(leaderd::Acquire::Denied(_)) => {}
+        other => panic!("c took b's reservation: {other:?}"),
+    }
+    match bounded("acquire", b.try_acquire(b.default_budget())).await {
+        Ok(leaderd::Acquire::Acquired(t)) => assert!(t.fence > term.fence, "{t:?}"),
+        other => panic!("b's acquire of its reservation: {other:?}"),
+    }
+}

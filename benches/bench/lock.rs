@@ -23,10 +23,10 @@ const TTL: Duration = Duration::from_secs(15);
 /// Redis commands per acquire+release pair (`INFO commandstats`, a script's own calls
 /// included), by implementation and server (`*`: every server), as BENCHMARKS.md states
 /// them ("Lock throughput"); for leaderd's fenced rows without the `SET` of the fence
-/// counter, which is checked on its own ([`FENCE_SETS_PER_LOCK_S`]). The fenced lock:
-/// `EVALSHA`, `PTTL`, `INCR`, `TIME`, `HSET`, `PEXPIRE` to acquire, `EVALSHA`, `HMGET`, `DEL`,
-/// `PUBLISH` to release. The election's acquire also publishes `acquired` (and writes the
-/// counter at every grant). The plain lock: `SET NX PX` and `DELIFEQ` on Valkey 9, `SET NX
+/// counter, which is checked on its own ([`FENCE_SETS_PER_LOCK_S`]). The fenced lock
+/// (`lua/lock_acquire.lua`, `lua/lock_release.lua`): `EVALSHA`, `PTTL`, `INCR`, `TIME`, `HSET`,
+/// `PEXPIRE` to acquire, `EVALSHA`, `HMGET`, `DEL`, `PUBLISH` to release. The election's
+/// acquire also publishes `acquired` (and writes the counter at every grant). The plain lock: `SET NX PX` and `DELIFEQ` on Valkey 9, `SET NX
 /// PX` and a script (`EVALSHA`, `GET`, `DEL`) elsewhere.
 pub const EXPECTED_COMMANDS: &[(&str, &str, f64)] = &[
     ("floor", "*", 2.0),

@@ -15,11 +15,11 @@ use crate::conn::{Endpoint, FailureKind, RedisFailure};
 /// Which of the lease scripts failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LeaseScript {
-    /// `lua/acquire.lua`.
+    /// `lua/acquire.lua` (and a lock's `lua/lock_acquire.lua`).
     Acquire,
     /// `lua/renew.lua`.
     Renew,
-    /// `lua/release.lua`.
+    /// `lua/release.lua` (and a lock's `lua/lock_release.lua`).
     Release,
     /// `lua/announce.lua`.
     Announce,
@@ -57,6 +57,7 @@ impl LeaseScript {
                 c(&["PTTL", lock]),
                 c(&["HMGET", lock, "holder"]),
                 c(&["INCR", fence]),
+                c(&["DEL", fence]),
                 c(&["TIME"]),
                 c(&["SET", fence, "1"]),
                 c(&["HSET", lock, "holder", "x"]),

@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use futures::TryFutureExt;
+use redis::ScriptInvocation;
 use tokio::time::Instant;
 
 use super::reply::{is_granted, not_replicated, parse_acquire, AcquireReply};
@@ -29,39 +30,20 @@ impl LeaseClient {
         let timeout = Some(budget);
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
-        let mut call = self.scripts.acquire.prepare_invoke();
-        call.key(&self.keys.lock)
-            .key(&self.keys.fence)
-            .key(&self.keys.released)
-            .arg(&self.spec.holder)
-            .arg(&token)
-            .arg(self.ttl_ms())
-            .arg(unix_ms(sent_wall))
-            .arg(self.spec.address.as_deref().unwrap_or(""));
-        match (announce, self.lock) {
-            (false, _) => call.arg("0"),
-            (true, false) => call.arg("1"),
-            (true, true) => call.arg("lock").arg(LOCK_FENCE_HEADROOM_US),
+        let wanted = self.endpoint.min_replicas_ack();
+        // A lock's own script first (README, "Library"); it defers to acquire.lua for a
+        // reservation and for a missing counter.
+        let mut lean = announce && self.lock && self.shard.is_none() && self.spec.address.is_none();
+        let (reply, acked) = loop {
+            let call = self.acquire_call(&token, sent_wall, announce, lean);
+            let (reply, acked) = self.acquire_once(call, timeout, sent).await?;
+            match parse_acquire(reply)? {
+                AcquireReply::Defer if lean => lean = false,
+                reply => break (reply, acked),
+            }
         };
-        if let Some(shard) = &self.shard {
-            call.key(&shard.quarantine).arg("").arg(shard.index);
-        }
-        let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
-        let wanted = endpoint.min_replicas_ack();
-        let (reply, acked): (redis::Value, Option<i64>) = endpoint
-            .call(timeout, |mut c| async move {
-                let reply: redis::Value = call.invoke_async(&mut c).await?;
-                if wanted == 0 || !is_granted(&reply) {
-                    return Ok((reply, None));
-                }
-                let budget = endpoint.wait_budget(timeout, sent);
-                let acked = c.wait_for_replicas(wanted, budget, lock).await?;
-                Ok((reply, Some(acked.unwrap_or(-1))))
-            })
-            .or_else(|f| self.fail(f, LeaseScript::Acquire))
-            .await?;
         let acquired_at = SystemTime::now();
-        match parse_acquire(reply)? {
+        match reply {
             AcquireReply::Granted(fence, pending) => {
                 let validity = self.spec.validity();
                 let term = Term {
@@ -85,7 +67,74 @@ impl LeaseClient {
                 Ok(Acquire::Acquired(term))
             }
             AcquireReply::Denied(seen) => Ok(Acquire::Denied(seen)),
+            AcquireReply::Defer => Err(LeaseError::Protocol(
+                "acquire.lua deferred to itself".into(),
+            )),
         }
+    }
+
+    /// The acquire script's call: `lua/lock_acquire.lua` when `lean`, else `lua/acquire.lua`.
+    fn acquire_call(
+        &self,
+        token: &str,
+        sent_wall: SystemTime,
+        announce: bool,
+        lean: bool,
+    ) -> ScriptInvocation<'static> {
+        let script = if lean {
+            &self.scripts.lock_acquire
+        } else {
+            &self.scripts.acquire
+        };
+        let mut call = script.prepare_invoke();
+        call.key(&self.keys.lock).key(&self.keys.fence);
+        if lean {
+            call.arg(&self.spec.holder)
+                .arg(token)
+                .arg(self.ttl_ms())
+                .arg(unix_ms(sent_wall))
+                .arg(LOCK_FENCE_HEADROOM_US);
+            return call;
+        }
+        call.key(&self.keys.released)
+            .arg(&self.spec.holder)
+            .arg(token)
+            .arg(self.ttl_ms())
+            .arg(unix_ms(sent_wall))
+            .arg(self.spec.address.as_deref().unwrap_or(""));
+        match (announce, self.lock) {
+            (false, _) => call.arg("0"),
+            (true, false) => call.arg("1"),
+            (true, true) => call.arg("lock").arg(LOCK_FENCE_HEADROOM_US),
+        };
+        if let Some(shard) = &self.shard {
+            call.key(&shard.quarantine).arg("").arg(shard.index);
+        }
+        call
+    }
+
+    /// Runs one acquire call, then `WAIT` for the replicas when it granted and they are
+    /// asked for: the reply, and how many acknowledged.
+    async fn acquire_once(
+        &self,
+        call: ScriptInvocation<'static>,
+        timeout: Option<Duration>,
+        sent: Instant,
+    ) -> Result<(redis::Value, Option<i64>), LeaseError> {
+        let (endpoint, lock) = (&*self.endpoint, &self.keys.lock);
+        let wanted = endpoint.min_replicas_ack();
+        endpoint
+            .call(timeout, |mut c| async move {
+                let reply: redis::Value = call.invoke_async(&mut c).await?;
+                if wanted == 0 || !is_granted(&reply) {
+                    return Ok((reply, None));
+                }
+                let budget = endpoint.wait_budget(timeout, sent);
+                let acked = c.wait_for_replicas(wanted, budget, lock).await?;
+                Ok((reply, Some(acked.unwrap_or(-1))))
+            })
+            .or_else(|f| self.fail(f, LeaseScript::Acquire))
+            .await
     }
 
     /// Announces a confirmed term (`lua/announce.lua`): marks it confirmed and publishes

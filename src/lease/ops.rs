@@ -93,20 +93,32 @@ impl Lease for LeaseClient {
         let (successor, window) = reservation
             .map(|r| (r.successor, r.window.as_millis().max(1) as u64))
             .unwrap_or(("", 0));
-        let mut call = self.scripts.release.prepare_invoke();
-        call.key(&self.keys.lock)
-            .key(&self.keys.released)
-            .key(&self.keys.fence);
-        if !successor.is_empty() {
-            // A key (same hash tag, for Cluster) though only published to.
-            call.key(self.keys.successor_channel(successor));
-        }
-        call.arg(&term.token)
-            .arg(&self.spec.holder)
-            .arg(successor)
-            .arg(window);
-        if let Some(shard) = self.shard_index() {
-            call.arg(shard);
+        let lean = self.lock && successor.is_empty() && self.shard.is_none();
+        let mut call = if lean {
+            self.scripts.lock_release.prepare_invoke()
+        } else {
+            self.scripts.release.prepare_invoke()
+        };
+        call.key(&self.keys.lock).key(&self.keys.released);
+        if lean {
+            // A lock's own release (README, "Library"): the message is made here.
+            let holder = serde_json::to_string(&self.spec.holder).unwrap_or_default();
+            call.arg(&term.token).arg(format!(
+                r#"{{"event":"released","holder":{holder},"fence":"#
+            ));
+        } else {
+            call.key(&self.keys.fence);
+            if !successor.is_empty() {
+                // A key (same hash tag, for Cluster) though only published to.
+                call.key(self.keys.successor_channel(successor));
+            }
+            call.arg(&term.token)
+                .arg(&self.spec.holder)
+                .arg(successor)
+                .arg(window);
+            if let Some(shard) = self.shard_index() {
+                call.arg(shard);
+            }
         }
         let released: i64 = self
             .endpoint
