@@ -19,7 +19,7 @@ use super::vacancy::{Vacancies, Verdict, Without};
 use super::{Assignment, ShardEvents, ShardLeases, ShardRenewal, ShardStepDown, ShardTerm};
 use crate::election::{handover_window, Timing};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, LeaseClient};
-use crate::lease::{Announcement, LeaseError, Reservation};
+use crate::lease::{LeaseError, Reservation};
 
 mod exits;
 use exits::next_exit;
@@ -237,10 +237,9 @@ impl<C: ShardLeases> ShardElector<C> {
                 },
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep_until(wake.min(next_beat).min(next_read)) => {}
-                // A release (or a lost subscription) may free a shard; a term begun does not.
-                heard = releases.changed() => {
-                    self.read_due |= !matches!(heard, Some(Announcement::Acquired { .. }));
-                }
+                // Any message wakes a read: the watch keeps only the latest, so a release told
+                // to this replica may sit under a later `acquired` (its own takes, in a join).
+                _ = releases.changed() => self.read_due = true,
                 asked = next_yield(&mut self.yields) => {
                     if asked {
                         self.sit_out_until = Some(Instant::now() + self.policy.lease_duration);
