@@ -321,19 +321,29 @@ async fn over_redlock_a_dead_node_moves_no_shard_and_leavers_shards_move() {
         .collect();
     settled(&replicas, &mut fences).await;
     let before = owners(&replicas, &mut fences);
-    // Each shard's lease is held on every node, each with the term's one fence.
+    // Each shard's lease is held on a majority of the nodes with the term's one fence, and
+    // on no node by anyone else (a node whose acquire timed out may lack it until a renew
+    // takes it back).
     for (s, (owner, fence)) in &before {
         let key = format!("leaderd:{{{NAME}}}:shard:{s}");
+        let mut held = 0;
         for n in &nodes {
-            assert_eq!(n.cmd(&["HGET", &key, "holder"]), *owner);
-            assert_eq!(n.cmd(&["HGET", &key, "fence"]), fence.to_string());
+            let holder = n.cmd(&["HGET", &key, "holder"]);
+            if holder == *owner {
+                assert_eq!(n.cmd(&["HGET", &key, "fence"]), fence.to_string());
+                held += 1;
+            } else {
+                assert_eq!(holder, "(nil)", "shard {s} held by {holder} on a node");
+            }
         }
+        assert!(held >= 2, "shard {s} of {owner} held on {held} of 3 nodes");
     }
     // One renew per node per retry_period for all of a replica's shards: in 1 s (5 retry
     // periods) about 3 x 5 scripts on a node with the registry's, not one per shard.
     assert_eq!(nodes[0].cmd(&["CONFIG", "RESETSTAT"]), "OK");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let scripts = script_calls(&nodes[0]);
+    eprintln!("{scripts} scripts in 1 s on one node");
     assert!(scripts <= 3 * 9, "{scripts} scripts in 1 s on one node");
 
     // One node killed: every shard kept by its term, renewed past its first validity.

@@ -723,3 +723,55 @@ fn an_owner_paused_past_its_validities_never_claims_a_shard_it_lost() {
         "{taken} shard terms"
     );
 }
+
+/// Sentinel mode: replicas of a sharded election over a master watched by three Sentinels
+/// settle to the assignment; after a forced failover every shard is owned again by its
+/// target on the new master, with each shard's fences still increasing; SIGTERM moves a
+/// leaver's shards.
+#[test]
+fn over_sentinel_shards_settle_and_follow_a_failover() {
+    let (servers, sentinels) =
+        support::sentinel::start_watched_with(&["--repl-diskless-sync-delay", "0"], 1);
+    support::seed_fence(&servers[0], NAME);
+    let urls: Vec<String> = sentinels.iter().map(support::Sentinel::url).collect();
+    let sentinel_yaml = format!(
+        "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master_name: {}\n",
+        urls.join(", "),
+        support::sentinel::MASTER
+    );
+    let ids = ["r1", "r2"];
+    let mut r: Vec<Daemon> = ids
+        .iter()
+        .map(|id| {
+            let mut opts = DaemonOpts::new(NAME, id, "");
+            opts.extra_yaml = format!("{sentinel_yaml}election:\n  shards: {SHARDS}\n");
+            Daemon::spawn(&opts)
+        })
+        .collect();
+    settle_to(&r[0], &ids);
+
+    let old = sentinels[0].master_port();
+    let asked = sentinels[0].cmd(&["SENTINEL", "FAILOVER", support::sentinel::MASTER]);
+    assert_eq!(asked, "OK");
+    let moved_master = wait_until(Duration::from_secs(20), Duration::from_millis(100), || {
+        (sentinels[0].master_port() != old).then_some(())
+    });
+    assert!(moved_master.is_some(), "no failover within 20 s");
+    // Every shard owned by its target again, read through the new master.
+    settle_to(&r[1], &ids);
+
+    let leaving = owned_in_doc(&r[1]);
+    r[1].signal(Signal::SIGTERM);
+    moved(&r[0], &leaving, &["r1"], Duration::from_secs(5));
+    assert_eq!(r[1].wait_exit(Duration::from_secs(10)), Some(0));
+    r[0].signal(Signal::SIGTERM);
+    assert_eq!(r[0].wait_exit(Duration::from_secs(10)), Some(0));
+
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    assert!(
+        terms.len() >= SHARDS as usize + leaving.len(),
+        "{} terms",
+        terms.len()
+    );
+}
