@@ -775,3 +775,42 @@ fn over_sentinel_shards_settle_and_follow_a_failover() {
         terms.len()
     );
 }
+
+/// Cluster mode: replicas of a sharded election over a 3-master cluster (every shard key in
+/// the election's slot) settle to the assignment after the first start's quarantine, and a
+/// leaver's shards move on SIGTERM, with no overlap.
+#[test]
+fn over_a_cluster_shards_settle_and_a_leavers_shards_move() {
+    let servers = support::cluster::create_cluster(3, 0, &[]);
+    let urls: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.url())).collect();
+    let yaml = format!(
+        "redis:\n  mode: cluster\n  urls: [{}]\nelection:\n  shards: {SHARDS}\n",
+        urls.join(", ")
+    );
+    let ids = ["r1", "r2"];
+    let mut r: Vec<Daemon> = ids
+        .iter()
+        .map(|id| {
+            let mut opts = DaemonOpts::new(NAME, id, "");
+            opts.extra_yaml = yaml.clone();
+            Daemon::spawn(&opts)
+        })
+        .collect();
+    settle_to(&r[0], &ids);
+
+    let leaving = owned_in_doc(&r[1]);
+    assert!(!leaving.is_empty(), "r2 owns no shard");
+    r[1].signal(Signal::SIGTERM);
+    moved(&r[0], &leaving, &["r1"], Duration::from_secs(5));
+    assert_eq!(r[1].wait_exit(Duration::from_secs(10)), Some(0));
+    r[0].signal(Signal::SIGTERM);
+    assert_eq!(r[0].wait_exit(Duration::from_secs(10)), Some(0));
+
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    assert!(
+        terms.len() >= SHARDS as usize + leaving.len(),
+        "{} terms",
+        terms.len()
+    );
+}
