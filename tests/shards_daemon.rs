@@ -26,15 +26,38 @@ fn replica(redis: &RedisServer, id: &str) -> Daemon {
     Daemon::spawn(&opts)
 }
 
+/// A replica whose `redis` section is `redis_yaml` (a mode with its addresses).
+fn replica_over(redis_yaml: &str, id: &str) -> Daemon {
+    let mut opts = DaemonOpts::new(NAME, id, "");
+    opts.extra_yaml = format!("{redis_yaml}election:\n  shards: {SHARDS}\n");
+    Daemon::spawn(&opts)
+}
+
 /// A replica over the Redlock of `nodes`.
 fn redlock_replica(nodes: &[RedisServer], id: &str) -> Daemon {
-    let mut opts = DaemonOpts::new(NAME, id, "");
     let urls: Vec<String> = nodes.iter().map(|n| format!("\"{}\"", n.url())).collect();
-    opts.extra_yaml = format!(
-        "redis:\n  mode: redlock\n  urls: [{}]\nelection:\n  shards: {SHARDS}\n",
-        urls.join(", ")
+    let yaml = format!("redis:\n  mode: redlock\n  urls: [{}]\n", urls.join(", "));
+    replica_over(&yaml, id)
+}
+
+/// Two settled replicas `r1` and `r2`: SIGTERM of r2 moves its shards to r1, both exit 0,
+/// and their logs show no overlapping claims and a term for every shard and every move.
+fn sigterm_moves_then_both_stop(r: &mut [Daemon]) {
+    let leaving = owned_in_doc(&r[1]);
+    assert!(!leaving.is_empty(), "r2 owns no shard");
+    r[1].signal(Signal::SIGTERM);
+    moved(&r[0], &leaving, &["r1"], Duration::from_secs(5));
+    assert_eq!(r[1].wait_exit(Duration::from_secs(10)), Some(0));
+    r[0].signal(Signal::SIGTERM);
+    assert_eq!(r[0].wait_exit(Duration::from_secs(10)), Some(0));
+
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+    assert!(
+        terms.len() >= SHARDS as usize + leaving.len(),
+        "{} terms",
+        terms.len()
     );
-    Daemon::spawn(&opts)
 }
 
 /// Waits until the shards' owners are exactly `expected`'s targets (read from `d`).
@@ -742,11 +765,7 @@ fn over_sentinel_shards_settle_and_follow_a_failover() {
     let ids = ["r1", "r2"];
     let mut r: Vec<Daemon> = ids
         .iter()
-        .map(|id| {
-            let mut opts = DaemonOpts::new(NAME, id, "");
-            opts.extra_yaml = format!("{sentinel_yaml}election:\n  shards: {SHARDS}\n");
-            Daemon::spawn(&opts)
-        })
+        .map(|id| replica_over(&sentinel_yaml, id))
         .collect();
     settle_to(&r[0], &ids);
 
@@ -760,20 +779,7 @@ fn over_sentinel_shards_settle_and_follow_a_failover() {
     // Every shard owned by its target again, read through the new master.
     settle_to(&r[1], &ids);
 
-    let leaving = owned_in_doc(&r[1]);
-    r[1].signal(Signal::SIGTERM);
-    moved(&r[0], &leaving, &["r1"], Duration::from_secs(5));
-    assert_eq!(r[1].wait_exit(Duration::from_secs(10)), Some(0));
-    r[0].signal(Signal::SIGTERM);
-    assert_eq!(r[0].wait_exit(Duration::from_secs(10)), Some(0));
-
-    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
-    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
-    assert!(
-        terms.len() >= SHARDS as usize + leaving.len(),
-        "{} terms",
-        terms.len()
-    );
+    sigterm_moves_then_both_stop(&mut r);
 }
 
 /// Cluster mode: replicas of a sharded election over a 3-master cluster (every shard key in
@@ -783,34 +789,10 @@ fn over_sentinel_shards_settle_and_follow_a_failover() {
 fn over_a_cluster_shards_settle_and_a_leavers_shards_move() {
     let servers = support::cluster::create_cluster(3, 0, &[]);
     let urls: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.url())).collect();
-    let yaml = format!(
-        "redis:\n  mode: cluster\n  urls: [{}]\nelection:\n  shards: {SHARDS}\n",
-        urls.join(", ")
-    );
+    let yaml = format!("redis:\n  mode: cluster\n  urls: [{}]\n", urls.join(", "));
     let ids = ["r1", "r2"];
-    let mut r: Vec<Daemon> = ids
-        .iter()
-        .map(|id| {
-            let mut opts = DaemonOpts::new(NAME, id, "");
-            opts.extra_yaml = yaml.clone();
-            Daemon::spawn(&opts)
-        })
-        .collect();
+    let mut r: Vec<Daemon> = ids.iter().map(|id| replica_over(&yaml, id)).collect();
     settle_to(&r[0], &ids);
 
-    let leaving = owned_in_doc(&r[1]);
-    assert!(!leaving.is_empty(), "r2 owns no shard");
-    r[1].signal(Signal::SIGTERM);
-    moved(&r[0], &leaving, &["r1"], Duration::from_secs(5));
-    assert_eq!(r[1].wait_exit(Duration::from_secs(10)), Some(0));
-    r[0].signal(Signal::SIGTERM);
-    assert_eq!(r[0].wait_exit(Duration::from_secs(10)), Some(0));
-
-    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
-    let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
-    assert!(
-        terms.len() >= SHARDS as usize + leaving.len(),
-        "{} terms",
-        terms.len()
-    );
+    sigterm_moves_then_both_stop(&mut r);
 }
