@@ -157,6 +157,19 @@ impl<'a> Without<'a> {
         }
     }
 
+    /// The same, with the assignments already computed by another `Without` of this
+    /// assignment ([`Without::into_cache`]).
+    pub(crate) fn with_cache(mut self, computed: HashMap<String, Assignment>) -> Self {
+        self.computed = computed;
+        self
+    }
+
+    /// The assignments computed so far, each without one identity, for a later `Without`
+    /// of the same assignment.
+    pub(crate) fn into_cache(self) -> HashMap<String, Assignment> {
+        self.computed
+    }
+
     /// Shard `shard`'s target in the assignment without `identity`.
     pub(crate) fn target(&mut self, shard: u32, identity: &str) -> Option<String> {
         let a = self.assignment;
