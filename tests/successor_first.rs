@@ -240,15 +240,23 @@ async fn on_redlock_every_node_tells_the_successor_first_then_announces_in_order
     );
     let fence = granted(acquired).fence;
     assert!(fence > term.fence);
+    // b acts on the first node that tells it, so on a node whose release is still on its
+    // way b's acquire is denied: b's term is announced on the nodes that granted it, a
+    // majority, each after that node's one release.
+    let mut announced = 0;
     for (i, sub) in subs.iter_mut().enumerate() {
         let seen = messages(sub, Duration::from_millis(300));
-        assert_eq!(
-            events(&seen),
-            vec![
-                ("released".into(), "a".into()),
-                ("acquired".into(), "b".into())
-            ],
+        let seen = events(&seen);
+        let release = ("released".to_string(), "a".to_string());
+        let term_of_b = ("acquired".to_string(), "b".to_string());
+        assert!(
+            seen == [release.clone()] || seen == [release, term_of_b],
             "node {i}: {seen:?}"
         );
+        announced += usize::from(seen.len() == 2);
     }
+    assert!(
+        announced >= 2,
+        "b's term announced on a majority: {announced} of 3"
+    );
 }
