@@ -339,12 +339,18 @@ async fn over_redlock_a_dead_node_moves_no_shard_and_leavers_shards_move() {
         assert!(held >= 2, "shard {s} of {owner} held on {held} of 3 nodes");
     }
     // One renew per node per retry_period for all of a replica's shards: in 1 s (5 retry
-    // periods) about 3 x 5 scripts on a node with the registry's, not one per shard.
+    // periods) about 3 x 5 renews and 3 x 1.5 heartbeats on a node (18-21 on a quiet host,
+    // up to 27 on a loaded one, where a late answer has a renew take a shard back), against
+    // SHARDS x 5 = 80 if every shard were renewed on its own: bounded at half of that.
     assert_eq!(nodes[0].cmd(&["CONFIG", "RESETSTAT"]), "OK");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let scripts = script_calls(&nodes[0]);
     eprintln!("{scripts} scripts in 1 s on one node");
-    assert!(scripts <= 3 * 9, "{scripts} scripts in 1 s on one node");
+    let per_shard = u64::from(SHARDS) * 5;
+    assert!(
+        scripts < per_shard / 2,
+        "{scripts} scripts in 1 s on one node (per shard: {per_shard})"
+    );
 
     // One node killed: every shard kept by its term, renewed past its first validity.
     nodes[2].stop();
