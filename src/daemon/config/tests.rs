@@ -38,10 +38,12 @@ fn problems_with(yaml: &str, o: &Overrides, env: EnvLookup<'_>) -> Vec<String> {
     }
 }
 
-/// Asserts that exactly one problem was found and that it contains every fragment.
+/// Asserts that exactly one problem was found, that it starts with the first fragment and
+/// that it contains every one.
 fn one_problem(yaml: &str, fragments: &[&str]) {
     let found = problems(yaml);
-    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found.len(), 1, "{yaml:?}: {found:#?}");
+    assert!(found[0].starts_with(fragments[0]), "{found:?}");
     for f in fragments {
         assert!(found[0].contains(f), "{:?} lacks {f:?}", found[0]);
     }
@@ -160,10 +162,6 @@ fn env_vars_are_expanded_in_file_strings() {
 
 #[test]
 fn unset_env_var_names_variable_and_key() {
-    one_problem(
-        "name: x\nidentity: ${POD_NAME}",
-        &["identity: ${POD_NAME}: environment variable POD_NAME is not set"],
-    );
     let found = problems("name: x\nexec: {command: ['${A}', '${B}']}");
     assert_eq!(found.len(), 2, "{found:#?}");
     assert!(found[0].starts_with("exec.command[0]: ${A}: environment variable A is not set"));
@@ -290,16 +288,6 @@ fn problems_name_the_flag_or_variable_that_gave_the_value() {
 }
 
 #[test]
-fn exec_command_from_the_command_line_wins() {
-    let o = Overrides {
-        exec_command: vec!["run".into()],
-        ..Default::default()
-    };
-    let c = load_from_str("name: x\nexec: {command: [other]}", &o, &no_env).unwrap();
-    assert_eq!(c.exec.command, vec!["run".to_string()]);
-}
-
-#[test]
 fn password_from_env_wins_over_file() {
     let secret = temp_file("s3cret\n");
     let path = secret.path().display().to_string();
@@ -319,11 +307,7 @@ fn password_from_env_wins_over_file() {
 }
 
 #[test]
-fn unreadable_password_file_names_key_and_path() {
-    one_problem(
-        "name: x\nredis: {password_file: /nonexistent/pw}",
-        &["redis.password_file: cannot read \"/nonexistent/pw\""],
-    );
+fn an_empty_password_file_is_refused() {
     let empty = temp_file("\n");
     let yaml = format!(
         "name: x\nredis: {{password_file: '{}'}}",
@@ -355,36 +339,13 @@ fn secrets_are_redacted_everywhere() {
 fn redacted_yaml_has_every_key_and_loads_back() {
     let c = ok("name: x\nidentity: me\nexec: {command: [a, b]}\npublish: {http_addr: ''}");
     let out = c.to_redacted_yaml();
-    for key in [
-        "mode:",
-        "urls:",
-        "sentinels:",
-        "master_name:",
-        "username:",
-        "password:",
-        "password_file:",
-        "key_prefix: 'leaderd:'",
-        "connect_timeout: 1s",
-        "command_timeout: 500ms",
-        "min_replicas_ack: 0",
-        "lease_duration: 15s",
-        "renew_deadline: 10s",
-        "retry_period: 2s",
-        "jitter: 0.2",
-        "release_on_shutdown: true",
-        "on_lost: contend",
-        "health_check: null",
-        "http_addr: ''",
-        "leader_file: /var/run/leaderd/leader.json",
-        "ready_when: leader",
-        "priority: 0",
-        "advertise: null",
-        "stop_signal: SIGTERM",
-        "grace_period: 3s",
-        "on_exit: release",
-        "format: text",
-        "level: info",
-    ] {
+    let printed = "mode:|urls:|sentinels:|master_name:|username:|password:|password_file:|\
+        key_prefix: 'leaderd:'|connect_timeout: 1s|command_timeout: 500ms|min_replicas_ack: 0|\
+        lease_duration: 15s|renew_deadline: 10s|retry_period: 2s|jitter: 0.2|\
+        release_on_shutdown: true|on_lost: contend|health_check: null|http_addr: ''|\
+        leader_file: /var/run/leaderd/leader.json|ready_when: leader|priority: 0|advertise: null|\
+        stop_signal: SIGTERM|grace_period: 3s|on_exit: release|format: text|level: info";
+    for key in printed.split('|') {
         assert!(out.contains(key), "{key} missing in\n{out}");
     }
     assert_eq!(ok(&without_password(&out)), c);
@@ -428,13 +389,6 @@ fn config_path_comes_from_flag_then_env() {
 }
 
 #[test]
-fn empty_file_reports_the_missing_name() {
-    let found = problems("");
-    assert_eq!(found.len(), 1);
-    assert!(found[0].starts_with("name: missing"));
-}
-
-#[test]
 fn tls_files_are_checked_shown_and_optional() {
     assert_eq!(ok("name: x").redis.tls, None);
     // The client reads them when it is made (in the same pass as the other checks).
@@ -458,14 +412,6 @@ fn tls_files_are_checked_shown_and_optional() {
         cert.path().display()
     );
     one_problem(&half, &["redis.tls", "cert_file is set without key_file"]);
-    one_problem(
-        "name: x\nredis: {tls: {ca_file: /nonexistent/ca.pem}}",
-        &["redis.tls.ca_file", "/nonexistent/ca.pem", "cannot read"],
-    );
-    one_problem(
-        "name: x\nredis: {tls: {cafile: x}}",
-        &["redis.tls.cafile: unknown key (did you mean redis.tls.ca_file?)"],
-    );
     let not_pem = temp_file("key");
     let yaml = yaml.replace(
         &key.path().display().to_string(),
