@@ -56,6 +56,7 @@ const ONE_PROBLEM: &[(&str, &[&str])] = &[
     ("name: x\nproxy: {idle_timeout: soon}", &["proxy.idle_timeout: \"soon\""]),
     ("- a\n- b", &["config file <string>: the top level is a list, but it must be a mapping"]),
     ("just text", &["config file <string>: the top level is \"just text\", but it must be a mapping"]),
+    ("name: x\nname: y\n", &["config file <string>: invalid YAML", "duplicate"]),
     // Odd values; a number too large for any integer type is a bad value of its key.
     ("name: [a]", &["name: a list is not a single value (allowed: one value"]),
     ("name: x\nelection: {lease_duration: {a: 1}}", &["election.lease_duration: a mapping is not a single value (allowed: one value"]),
