@@ -9,9 +9,9 @@
 //! what no single value can say and the rules between keys.
 //!
 //! Adding a key: its field, doc and default in the section's struct below, with the reader
-//! of its value (`deserialize_with`, from `leaf.rs`) and, for a duration or a path, its
-//! printer (`serialize_with`); the allowed keys of the file and the printed configuration
-//! follow from the struct. A key with a flag also gets its field in [`Overrides`] and its
+//! of its value (`deserialize_with`, from `leaf.rs`) and, for a duration or a secret, its
+//! printer (`serialize_with`, from `redact.rs`); the allowed keys of the file and the printed
+//! configuration follow from the struct. A key with a flag also gets its field in [`Overrides`] and its
 //! line in [`Overrides::layered`].
 
 mod aliases;
@@ -40,71 +40,52 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-/// A config struct whose fields are written `pub field: Type = default,`: the struct, and
-/// its `Default` from those values (a new key is one field, its doc and its default).
+/// The config structs, their fields written `pub field: Type = default,`: each struct, read
+/// and printed by serde (a key left out is its default), and its `Default` from those values
+/// (a new key is one field, its doc and its default).
 macro_rules! with_defaults {
-    ($(#[$meta:meta])* pub struct $name:ident {
+    ($($(#[$meta:meta])* pub struct $name:ident {
         $($(#[$fmeta:meta])* pub $field:ident: $ty:ty = $default:expr,)*
-    }) => {
-        $(#[$meta])* pub(crate) struct $name { $($(#[$fmeta])* pub(crate) $field: $ty,)* }
+    })*) => {$(
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub(crate) struct $name { $($(#[$fmeta])* pub(crate) $field: $ty,)* }
 
         impl Default for $name {
             fn default() -> Self {
                 $name { $($field: $default,)* }
             }
         }
-    };
+    )*};
 }
-
-/// Everything `leaderd` needs to run one election, validated as a whole.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct Config {
-    /// The election name, shared by all replicas; part of every Redis key.
-    #[serde(deserialize_with = "leaf::name")]
-    pub name: String,
-    /// This replica's identity, published as the holder; must differ between replicas.
-    #[serde(deserialize_with = "leaf::identity")]
-    pub identity: String,
-    /// Section `redis`: where the lease lives.
-    pub redis: RedisConfig,
-    /// Section `election`: lease timing and campaigning.
-    pub election: ElectionConfig,
-    /// Section `publish`: the HTTP server and the leader file.
-    pub publish: PublishConfig,
-    /// Section `exec`: the command run only while leading.
-    pub exec: ExecConfig,
-    /// Section `logging`.
-    pub logging: LoggingConfig,
-    /// Section `hooks`: commands run when leadership changes.
-    pub hooks: HooksConfig,
-    /// Section `proxy`: the leader-aware TCP proxy.
-    pub proxy: ProxyConfig,
-}
-
-/// The value of `redis.mode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum ModeName {
-    /// One server (`redis.url`).
-    #[default]
-    Single,
-    /// A master found through the Sentinels (`redis.sentinels`, `redis.master_name`).
-    Sentinel,
-    /// Independent servers (an odd number >= 3 of `redis.urls`); a majority holds the lease.
-    Redlock,
-    /// A Redis Cluster, reached through seed nodes (`redis.urls`).
-    Cluster,
-}
-
-/// A password: kept out of `Debug` output, logs and the printed configuration (the
-/// library's type, handed to the connector as it is).
-pub(crate) use crate::connector::Secret;
 
 with_defaults! {
+/// Everything `leaderd` needs to run one election, validated as a whole.
+pub struct Config {
+    /// The election name, shared by all replicas; part of every Redis key.
+    #[serde(deserialize_with = "leaf::name")]
+    pub name: String = String::new(),
+    /// This replica's identity, published as the holder; must differ between replicas.
+    #[serde(deserialize_with = "leaf::identity")]
+    pub identity: String = String::new(),
+    /// Section `redis`: where the lease lives.
+    pub redis: RedisConfig = RedisConfig::default(),
+    /// Section `election`: lease timing and campaigning.
+    pub election: ElectionConfig = ElectionConfig::default(),
+    /// Section `publish`: the HTTP server and the leader file.
+    pub publish: PublishConfig = PublishConfig::default(),
+    /// Section `exec`: the command run only while leading.
+    pub exec: ExecConfig = ExecConfig::default(),
+    /// Section `logging`.
+    pub logging: LoggingConfig = LoggingConfig::default(),
+    /// Section `hooks`: commands run when leadership changes.
+    pub hooks: HooksConfig = HooksConfig::default(),
+    /// Section `proxy`: the leader-aware TCP proxy.
+    pub proxy: ProxyConfig = ProxyConfig::default(),
+}
+
 /// Where and how to reach Redis.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct RedisConfig {
     /// How Redis is deployed (default single); each mode reads its own address keys below.
     #[serde(deserialize_with = "leaf::choice")]
@@ -129,7 +110,7 @@ pub struct RedisConfig {
     #[serde(serialize_with = "redact::secret", skip_deserializing)]
     pub password: Option<Secret> = None,
     /// A file holding the password (read only when `LEADERD_REDIS_PASSWORD` is not set).
-    #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
+    #[serde(deserialize_with = "leaf::path")]
     pub password_file: Option<PathBuf> = None,
     /// Prepended to every key (default `leaderd:`).
     #[serde(deserialize_with = "leaf::text_value")]
@@ -147,39 +128,22 @@ pub struct RedisConfig {
     /// connections. None: the system's CA roots, no client certificate.
     pub tls: Option<TlsConfig> = None,
 }
-}
 
 /// Files for TLS connections (`rediss://`). Paths only: the contents are read when the
 /// client is made, and never printed.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct TlsConfig {
+pub struct TlsConfig {
     /// PEM CA bundle to verify the servers with, instead of the system's roots.
-    #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
-    pub ca_file: Option<PathBuf>,
+    #[serde(deserialize_with = "leaf::path")]
+    pub ca_file: Option<PathBuf> = None,
     /// PEM client certificate (with `key_file`), for servers that ask for one.
-    #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
-    pub cert_file: Option<PathBuf>,
+    #[serde(deserialize_with = "leaf::path")]
+    pub cert_file: Option<PathBuf> = None,
     /// PEM private key of `cert_file`.
-    #[serde(serialize_with = "redact::path", deserialize_with = "leaf::path")]
-    pub key_file: Option<PathBuf>,
+    #[serde(deserialize_with = "leaf::path")]
+    pub key_file: Option<PathBuf> = None,
 }
 
-/// What a replica does after losing a term for a reason other than shutdown or yield.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum OnLost {
-    /// Campaign again after `retry_period`.
-    #[default]
-    Contend,
-    /// Exit with code 1, for services that want a restart.
-    Exit,
-}
-
-with_defaults! {
 /// Timing of the lease and of campaigning.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct ElectionConfig {
     /// TTL of the lease in Redis.
     #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
@@ -214,12 +178,8 @@ pub struct ElectionConfig {
     #[serde(deserialize_with = "leaf::whole")]
     pub max_shards_per_replica: u32 = 0,
 }
-}
 
-with_defaults! {
 /// Lead only while the local service is healthy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct HealthCheckConfig {
     /// An `http://` URL, healthy when it answers 2xx.
     #[serde(serialize_with = "redact::url", deserialize_with = "leaf::http_url")]
@@ -237,29 +197,14 @@ pub struct HealthCheckConfig {
     #[serde(deserialize_with = "leaf::at_least_one")]
     pub failures: u32 = 3,
 }
-}
 
-/// When `/readyz` answers 200.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum ReadyWhen {
-    /// Only while leader with a valid lease.
-    #[default]
-    Leader,
-    /// Once started.
-    Always,
-}
-
-with_defaults! {
 /// Where the status is published.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct PublishConfig {
     /// None: no HTTP server (the empty string in the file, a flag or the environment).
-    #[serde(serialize_with = "redact::addr_or_off", deserialize_with = "leaf::http_addr")]
+    #[serde(serialize_with = "redact::or_off", deserialize_with = "leaf::http_addr")]
     pub http_addr: Option<SocketAddr> = Some(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 9090))),
     /// None: no leader file (the empty string).
-    #[serde(serialize_with = "redact::path_or_off", deserialize_with = "leaf::leader_file")]
+    #[serde(serialize_with = "redact::or_off", deserialize_with = "leaf::leader_file")]
     pub leader_file: Option<PathBuf> = Some(PathBuf::from("/var/run/leaderd/leader.json")),
     /// When `/readyz` answers 200 (default leader).
     #[serde(deserialize_with = "leaf::choice")]
@@ -272,12 +217,8 @@ pub struct PublishConfig {
     #[serde(deserialize_with = "leaf::host_port")]
     pub advertise: Option<String> = None,
 }
-}
 
-with_defaults! {
 /// Commands run (directly, one at a time) when leadership changes; empty: none.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct HooksConfig {
     /// Run after this replica began a term.
     #[serde(deserialize_with = "leaf::list")]
@@ -292,29 +233,14 @@ pub struct HooksConfig {
     #[serde(serialize_with = "redact::duration", deserialize_with = "leaf::positive_duration")]
     pub timeout: Duration = Duration::from_secs(10),
 }
-}
 
-/// What happens to the proxied connections of a deposed leader.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum OnChange {
-    /// Close them when this replica learns of the change.
-    #[default]
-    Close,
-    /// Leave them open.
-    Keep,
-}
-
-with_defaults! {
 /// The leader-aware proxy; `listen` None: no proxy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct ProxyConfig {
     /// Where to accept connections (the empty string: no proxy).
-    #[serde(serialize_with = "redact::addr_or_off", deserialize_with = "leaf::listen_addr")]
+    #[serde(serialize_with = "redact::or_off", deserialize_with = "leaf::listen_addr")]
     pub listen: Option<SocketAddr> = None,
     /// This replica's own service, `host:port` (default `127.0.0.1:8080`).
-    #[serde(serialize_with = "redact::text_or_off", deserialize_with = "leaf::host_port")]
+    #[serde(serialize_with = "redact::or_off", deserialize_with = "leaf::host_port")]
     pub upstream: Option<String> = Some("127.0.0.1:8080".into()),
     /// What happens to connections of a deposed leader (default close).
     #[serde(deserialize_with = "leaf::choice")]
@@ -330,23 +256,8 @@ pub struct ProxyConfig {
     #[serde(deserialize_with = "leaf::at_least_one")]
     pub max_connections: u32 = 10_000,
 }
-}
 
-/// What happens when the child exits while this replica leads.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum OnExit {
-    /// Release the lease and contend again after `retry_period`.
-    #[default]
-    Release,
-    /// Release and exit with the child's code.
-    Exit,
-}
-
-with_defaults! {
 /// The command run only while leading; empty `command` means no exec mode.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct ExecConfig {
     /// The program and its arguments, run directly (not through a shell).
     #[serde(deserialize_with = "leaf::list")]
@@ -362,6 +273,79 @@ pub struct ExecConfig {
     #[serde(deserialize_with = "leaf::choice")]
     pub on_exit: OnExit = OnExit::Release,
 }
+
+/// How to log.
+pub struct LoggingConfig {
+    /// Text or JSON lines (default text).
+    #[serde(deserialize_with = "leaf::choice")]
+    pub format: LogFormat = LogFormat::Text,
+    /// One of trace, debug, info, warn, error (lowercase).
+    #[serde(deserialize_with = "leaf::log_level")]
+    pub level: String = "info".into(),
+}
+}
+
+/// The value of `redis.mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ModeName {
+    /// One server (`redis.url`).
+    #[default]
+    Single,
+    /// A master found through the Sentinels (`redis.sentinels`, `redis.master_name`).
+    Sentinel,
+    /// Independent servers (an odd number >= 3 of `redis.urls`); a majority holds the lease.
+    Redlock,
+    /// A Redis Cluster, reached through seed nodes (`redis.urls`).
+    Cluster,
+}
+
+/// A password: kept out of `Debug` output, logs and the printed configuration (the
+/// library's type, handed to the connector as it is).
+pub(crate) use crate::connector::Secret;
+
+/// What a replica does after losing a term for a reason other than shutdown or yield.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum OnLost {
+    /// Campaign again after `retry_period`.
+    #[default]
+    Contend,
+    /// Exit with code 1, for services that want a restart.
+    Exit,
+}
+
+/// When `/readyz` answers 200.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ReadyWhen {
+    /// Only while leader with a valid lease.
+    #[default]
+    Leader,
+    /// Once started.
+    Always,
+}
+
+/// What happens to the proxied connections of a deposed leader.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum OnChange {
+    /// Close them when this replica learns of the change.
+    #[default]
+    Close,
+    /// Leave them open.
+    Keep,
+}
+
+/// What happens when the child exits while this replica leads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum OnExit {
+    /// Release the lease and contend again after `retry_period`.
+    #[default]
+    Release,
+    /// Release and exit with the child's code.
+    Exit,
 }
 
 /// The log line format.
@@ -373,20 +357,6 @@ pub(crate) enum LogFormat {
     Text,
     /// One JSON object per line, with an `event` field on leadership changes.
     Json,
-}
-
-with_defaults! {
-/// How to log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LoggingConfig {
-    /// Text or JSON lines (default text).
-    #[serde(deserialize_with = "leaf::choice")]
-    pub format: LogFormat = LogFormat::Text,
-    /// One of trace, debug, info, warn, error (lowercase).
-    #[serde(deserialize_with = "leaf::log_level")]
-    pub level: String = "info".into(),
-}
 }
 
 /// Values given on the command line (the flags every subcommand shares); None = not given.

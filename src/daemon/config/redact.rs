@@ -2,8 +2,6 @@
 //! `check-config` prints it (the config structs derive `Serialize`; the fields that need
 //! care name one of these printers with `serialize_with`).
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::ser::Serializer;
@@ -45,27 +43,12 @@ pub(super) fn duration<S: Serializer>(d: &Duration, s: S) -> Out<S> {
     s.serialize_str(&format_duration(*d))
 }
 
-/// A path, or null.
-pub(super) fn path<S: Serializer>(p: &Option<PathBuf>, s: S) -> Out<S> {
-    p.as_ref().map(|p| p.to_string_lossy()).serialize(s)
-}
-
-/// A path, or the empty string that turns it off.
-pub(super) fn path_or_off<S: Serializer>(p: &Option<PathBuf>, s: S) -> Out<S> {
-    s.serialize_str(
-        &p.as_ref()
-            .map_or_else(String::new, |p| p.to_string_lossy().into()),
-    )
-}
-
-/// An address, or the empty string that turns it off.
-pub(super) fn addr_or_off<S: Serializer>(a: &Option<SocketAddr>, s: S) -> Out<S> {
-    s.serialize_str(&a.map_or_else(String::new, |a| a.to_string()))
-}
-
-/// A text, or the empty string that turns it off.
-pub(super) fn text_or_off<S: Serializer>(t: &Option<String>, s: S) -> Out<S> {
-    s.serialize_str(t.as_deref().unwrap_or(""))
+/// A value, or the empty string that turns it off.
+pub(super) fn or_off<S: Serializer, T: Serialize>(v: &Option<T>, s: S) -> Out<S> {
+    match v {
+        Some(v) => v.serialize(s),
+        None => s.serialize_str(""),
+    }
 }
 
 /// A signal by its name (`SIGTERM`).

@@ -38,10 +38,12 @@ fn problems_with(yaml: &str, o: &Overrides, env: EnvLookup<'_>) -> Vec<String> {
     }
 }
 
-/// Asserts that exactly one problem was found and that it contains every fragment.
+/// Asserts that exactly one problem was found, that it starts with the first fragment and
+/// that it contains every one.
 fn one_problem(yaml: &str, fragments: &[&str]) {
     let found = problems(yaml);
-    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found.len(), 1, "{yaml:?}: {found:#?}");
+    assert!(found[0].starts_with(fragments[0]), "{found:?}");
     for f in fragments {
         assert!(found[0].contains(f), "{:?} lacks {f:?}", found[0]);
     }
@@ -160,10 +162,6 @@ fn env_vars_are_expanded_in_file_strings() {
 
 #[test]
 fn unset_env_var_names_variable_and_key() {
-    one_problem(
-        "name: x\nidentity: ${POD_NAME}",
-        &["identity: ${POD_NAME}: environment variable POD_NAME is not set"],
-    );
     let found = problems("name: x\nexec: {command: ['${A}', '${B}']}");
     assert_eq!(found.len(), 2, "{found:#?}");
     assert!(found[0].starts_with("exec.command[0]: ${A}: environment variable A is not set"));
@@ -202,26 +200,14 @@ fn precedence_is_flag_then_env_then_file() {
         ("LEADERD_LOG_FORMAT", "json"),
         ("LEADERD_LOG_LEVEL", "warn"),
     ]);
-    let file_only = load_from_str(yaml, &Overrides::default(), &no_env).unwrap();
+    let file = load_from_str(yaml, &Overrides::default(), &no_env).unwrap();
     assert_eq!(
-        (file_only.name.as_str(), file_only.logging.level.as_str()),
+        (file.name.as_str(), file.logging.level.as_str()),
         ("file", "error")
     );
     let from_env = load_from_str(yaml, &Overrides::default(), &env).unwrap();
-    assert_eq!(
-        (from_env.name.as_str(), from_env.identity.as_str()),
-        ("env", "env-id")
-    );
-    assert_eq!(from_env.redis.url.as_deref(), Some("redis://env:2"));
-    assert_eq!(
-        from_env.publish.http_addr,
-        Some("127.0.0.1:2".parse().unwrap())
-    );
-    assert_eq!(from_env.publish.leader_file, None);
-    assert_eq!(
-        (from_env.logging.format, from_env.logging.level.as_str()),
-        (LogFormat::Json, "warn")
-    );
+    let want = "name: env\nidentity: env-id\nredis: {url: 'redis://env:2'}\npublish: {http_addr: '127.0.0.1:2', leader_file: ''}\nlogging: {format: json, level: warn}\n";
+    assert_eq!(from_env, ok(want));
     let o = Overrides {
         name: Some("flag".into()),
         identity: Some("flag-id".into()),
@@ -235,26 +221,8 @@ fn precedence_is_flag_then_env_then_file() {
         retry_period: Some("5s".into()),
         ..Default::default()
     };
-    let c = load_from_str(yaml, &o, &env).unwrap();
-    assert_eq!((c.name.as_str(), c.identity.as_str()), ("flag", "flag-id"));
-    assert_eq!(c.redis.url.as_deref(), Some("redis://flag:3"));
-    assert_eq!(
-        (c.publish.http_addr, c.publish.leader_file),
-        (None, Some("/flag".into()))
-    );
-    assert_eq!(
-        (c.logging.format, c.logging.level.as_str()),
-        (LogFormat::Text, "trace")
-    );
-    let e = &c.election;
-    assert_eq!(
-        (e.lease_duration, e.renew_deadline, e.retry_period),
-        (
-            Duration::from_secs(30),
-            Duration::from_secs(20),
-            Duration::from_secs(5)
-        )
-    );
+    let want = "name: flag\nidentity: flag-id\nredis: {url: 'redis://flag:3'}\npublish: {http_addr: '', leader_file: /flag}\nlogging: {format: text, level: trace}\nelection: {lease_duration: 30s, renew_deadline: 20s, retry_period: 5s}\n";
+    assert_eq!(load_from_str(yaml, &o, &env).unwrap(), ok(want));
 }
 
 #[test]
@@ -290,16 +258,6 @@ fn problems_name_the_flag_or_variable_that_gave_the_value() {
 }
 
 #[test]
-fn exec_command_from_the_command_line_wins() {
-    let o = Overrides {
-        exec_command: vec!["run".into()],
-        ..Default::default()
-    };
-    let c = load_from_str("name: x\nexec: {command: [other]}", &o, &no_env).unwrap();
-    assert_eq!(c.exec.command, vec!["run".to_string()]);
-}
-
-#[test]
 fn password_from_env_wins_over_file() {
     let secret = temp_file("s3cret\n");
     let path = secret.path().display().to_string();
@@ -319,11 +277,7 @@ fn password_from_env_wins_over_file() {
 }
 
 #[test]
-fn unreadable_password_file_names_key_and_path() {
-    one_problem(
-        "name: x\nredis: {password_file: /nonexistent/pw}",
-        &["redis.password_file: cannot read \"/nonexistent/pw\""],
-    );
+fn an_empty_password_file_is_refused() {
     let empty = temp_file("\n");
     let yaml = format!(
         "name: x\nredis: {{password_file: '{}'}}",
@@ -355,36 +309,13 @@ fn secrets_are_redacted_everywhere() {
 fn redacted_yaml_has_every_key_and_loads_back() {
     let c = ok("name: x\nidentity: me\nexec: {command: [a, b]}\npublish: {http_addr: ''}");
     let out = c.to_redacted_yaml();
-    for key in [
-        "mode:",
-        "urls:",
-        "sentinels:",
-        "master_name:",
-        "username:",
-        "password:",
-        "password_file:",
-        "key_prefix: 'leaderd:'",
-        "connect_timeout: 1s",
-        "command_timeout: 500ms",
-        "min_replicas_ack: 0",
-        "lease_duration: 15s",
-        "renew_deadline: 10s",
-        "retry_period: 2s",
-        "jitter: 0.2",
-        "release_on_shutdown: true",
-        "on_lost: contend",
-        "health_check: null",
-        "http_addr: ''",
-        "leader_file: /var/run/leaderd/leader.json",
-        "ready_when: leader",
-        "priority: 0",
-        "advertise: null",
-        "stop_signal: SIGTERM",
-        "grace_period: 3s",
-        "on_exit: release",
-        "format: text",
-        "level: info",
-    ] {
+    let printed = "mode:|urls:|sentinels:|master_name:|username:|password:|password_file:|\
+        key_prefix: 'leaderd:'|connect_timeout: 1s|command_timeout: 500ms|min_replicas_ack: 0|\
+        lease_duration: 15s|renew_deadline: 10s|retry_period: 2s|jitter: 0.2|\
+        release_on_shutdown: true|on_lost: contend|health_check: null|http_addr: ''|\
+        leader_file: /var/run/leaderd/leader.json|ready_when: leader|priority: 0|advertise: null|\
+        stop_signal: SIGTERM|grace_period: 3s|on_exit: release|format: text|level: info";
+    for key in printed.split('|') {
         assert!(out.contains(key), "{key} missing in\n{out}");
     }
     assert_eq!(ok(&without_password(&out)), c);
@@ -403,15 +334,6 @@ fn yaml_errors_are_one_line_naming_the_path() {
         "{err}"
     );
     assert!(!err.contains('\n'), "{err}");
-    let dup = temp_file("name: x\nname: y\n");
-    let o = Overrides {
-        config_path: Some(dup.path().into()),
-        ..Default::default()
-    };
-    assert!(load(&o, &no_env)
-        .unwrap_err()
-        .to_string()
-        .contains("duplicate"));
 }
 
 #[test]
@@ -425,13 +347,6 @@ fn config_path_comes_from_flag_then_env() {
     };
     assert_eq!(load(&o, &env).unwrap().name, "from-flag");
     assert_eq!(load(&Overrides::default(), &env).unwrap().name, "from-env");
-}
-
-#[test]
-fn empty_file_reports_the_missing_name() {
-    let found = problems("");
-    assert_eq!(found.len(), 1);
-    assert!(found[0].starts_with("name: missing"));
 }
 
 #[test]
@@ -458,14 +373,6 @@ fn tls_files_are_checked_shown_and_optional() {
         cert.path().display()
     );
     one_problem(&half, &["redis.tls", "cert_file is set without key_file"]);
-    one_problem(
-        "name: x\nredis: {tls: {ca_file: /nonexistent/ca.pem}}",
-        &["redis.tls.ca_file", "/nonexistent/ca.pem", "cannot read"],
-    );
-    one_problem(
-        "name: x\nredis: {tls: {cafile: x}}",
-        &["redis.tls.cafile: unknown key (did you mean redis.tls.ca_file?)"],
-    );
     let not_pem = temp_file("key");
     let yaml = yaml.replace(
         &key.path().display().to_string(),
