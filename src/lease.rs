@@ -53,7 +53,7 @@ pub use control::{Control, ControlMessage, ControlWatch, HandoverRequest};
 pub use interface::Lease;
 pub(crate) use lock_key::LockKey;
 pub use shard::{ShardRenewal, ShardTerm};
-pub(crate) use types::{new_token, unix_ms};
+pub(crate) use types::{new_token, push_token, unix_ms};
 pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Reservation, Term};
 pub(crate) use wait::jittered;
 pub use watch::ReleaseWatch;

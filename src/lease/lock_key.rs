@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::native::{refused, Cmd, Native};
 use super::reply::not_replicated;
-use super::{lifted, new_token, Acquire, LeaseError, LeaseKeys, LeaseSpec, Observed};
+use super::{lifted, push_token, Acquire, LeaseError, LeaseKeys, LeaseSpec, Observed};
 use super::{Reservation, Term};
 use crate::conn::{Endpoint, RedisFailure};
 use crate::connector::Conn;
@@ -33,6 +33,8 @@ static FENCED_RELEASE: LazyLock<Script> =
 struct Fence {
     counter: String,
     released: String,
+    /// The release message up to its fence (README, "Announcements").
+    message: String,
     /// When the server clock may have passed the counter (`None`: not known yet).
     raise_at: StdMutex<Option<Instant>>,
 }
@@ -60,6 +62,10 @@ impl LockKey {
             fence: fenced.then(|| Fence {
                 counter: keys.fence.clone(),
                 released: keys.released.clone(),
+                message: format!(
+                    r#"{{"event":"released","holder":{},"fence":"#,
+                    serde_json::Value::from(spec.holder.as_str())
+                ),
                 raise_at: StdMutex::new(None),
             }),
             endpoint,
@@ -73,7 +79,11 @@ impl LockKey {
 
     /// A new term's value of the key, `<holder>:<token>`: the term's token.
     pub(crate) fn new_value(&self) -> String {
-        format!("{}:{}", self.spec.holder, new_token())
+        let mut value = String::with_capacity(self.spec.holder.len() + 33);
+        value.push_str(&self.spec.holder);
+        value.push(':');
+        push_token(&mut value);
+        value
     }
 
     /// `write` on the shared connection within `until`, then `WAIT` for the replicas the
@@ -119,15 +129,17 @@ impl LockKey {
         .await
     }
 
-    /// One script call, then `WAIT` when `counts(&reply)` (see [`LockKey::run`]).
+    /// One script call ([`evalsha`]), then `WAIT` when `counts(&reply)` (see
+    /// [`LockKey::run`]).
     async fn script<T: FromRedisValue + Send>(
         &self,
-        call: redis::ScriptInvocation<'static>,
+        script: &'static Script,
+        call: redis::Cmd,
         times: (Instant, Instant),
         counts: fn(&T) -> bool,
     ) -> Result<(T, Option<i64>), RedisFailure> {
         self.run(times, counts, |mut c| async move {
-            let reply = call.invoke_async(&mut c).await?;
+            let reply = invoke(&mut c, script, &call).await?;
             Ok((reply, c))
         })
         .await
@@ -192,7 +204,7 @@ impl LockKey {
         let term = Term {
             token: value,
             fence,
-            acquired_at: SystemTime::now(),
+            acquired_at: sent_wall,
             last_sent: sent,
             valid_until: sent + validity,
             valid_until_wall: sent_wall + validity,
@@ -244,9 +256,9 @@ impl LockKey {
         if let Some((v, acked)) = self.native(Cmd::SetIfeq, set, (sent, until), done).await? {
             return Ok((i64::from(v.is_some()), acked));
         }
-        let mut call = RENEW.prepare_invoke();
-        call.key(&self.key).arg(value).arg(self.ttl_ms());
-        self.script(call, (Instant::now(), until), |n| *n == 1)
+        let mut call = evalsha(&RENEW, &[&self.key]);
+        call.arg(value).arg(self.ttl_ms());
+        self.script(&RENEW, call, (Instant::now(), until), |n| *n == 1)
             .await
     }
 
@@ -259,7 +271,8 @@ impl LockKey {
         reservation: Option<Reservation<'_>>,
         budget: Duration,
     ) -> Result<bool, LeaseError> {
-        let times = (Instant::now(), Instant::now() + budget);
+        let now = Instant::now();
+        let times = (now, now + budget);
         let deleted = match &self.fence {
             Some(fence) => self.release_fenced(fence, term, reservation, times).await,
             None => self.delete(&term.token, times).await,
@@ -278,22 +291,21 @@ impl LockKey {
         reservation: Option<Reservation<'_>>,
         times: (Instant, Instant),
     ) -> Result<i64, RedisFailure> {
-        let holder = serde_json::Value::from(self.spec.holder.as_str());
         let successor = reservation.map(|r| serde_json::Value::from(r.successor));
         let message = format!(
-            r#"{{"event":"released","holder":{holder},"fence":{},"reserved_for":{}}}"#,
+            r#"{}{},"reserved_for":{}}}"#,
+            fence.message,
             term.fence,
             successor.unwrap_or(serde_json::Value::Null)
         );
-        let mut call = FENCED_RELEASE.prepare_invoke();
-        call.key(&self.key).key(&fence.released);
+        let mut call = evalsha(&FENCED_RELEASE, &[&self.key, &fence.released]);
         call.arg(&term.token).arg(message);
         if let Some(r) = reservation {
             call.arg(r.successor)
                 .arg(r.window.as_millis().max(1) as u64);
         }
         let never = |_: &i64| false;
-        Ok(self.script(call, times, never).await?.0)
+        Ok(self.script(&FENCED_RELEASE, call, times, never).await?.0)
     }
 
     /// A plain lock's compare-and-delete: 1 when deleted.
@@ -309,9 +321,9 @@ impl LockKey {
         if let Some((n, _)) = self.native(Cmd::Delex, delex, times, never).await? {
             return Ok(n);
         }
-        let mut call = PLAIN_RELEASE.prepare_invoke();
-        call.key(&self.key).arg(value);
-        Ok(self.script(call, times, never).await?.0)
+        let mut call = evalsha(&PLAIN_RELEASE, &[&self.key]);
+        call.arg(value);
+        Ok(self.script(&PLAIN_RELEASE, call, times, never).await?.0)
     }
 
     /// A failure of a call on a term as its error; `Ok` when the key holds another type (an
@@ -343,6 +355,30 @@ impl LockKey {
             .await
             .map_err(|f| lifted(f, &self.key))?;
         Ok(observed_of(value, ttl, fence.unwrap_or(0)))
+    }
+}
+
+/// `EVALSHA` of `script` with `keys`; the caller adds the arguments. Each is written once,
+/// into the command (a [`redis::ScriptInvocation`] copies them again).
+fn evalsha(script: &Script, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// `call` ([`evalsha`]), with `script` loaded first when Redis answers `NOSCRIPT` (after a
+/// restart or a failover), as [`redis::ScriptInvocation::invoke_async`] does.
+async fn invoke<T: FromRedisValue>(
+    c: &mut Conn,
+    script: &Script,
+    call: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    match call.query_async(c).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(c).await?;
+            call.query_async(c).await
+        }
+        reply => reply,
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 use tokio::time::Instant;
 
-use super::{observed_of, Fence, LockKey};
+use super::{evalsha, invoke, observed_of, Fence, LockKey};
 use crate::connector::Conn;
 use crate::lease::{lifted, LeaseError, Observed};
 
@@ -125,13 +125,12 @@ impl LockKey {
         value: &str,
         taken: &str,
     ) -> redis::RedisResult<Reply> {
-        let mut call = ACQUIRE.prepare_invoke();
-        call.key(&self.key).key(&fence.counter);
+        let mut call = evalsha(&ACQUIRE, &[&self.key, &fence.counter]);
         call.arg(value)
             .arg(self.ttl_ms())
             .arg(FENCE_HEADROOM_US)
             .arg(taken);
-        let reply: Value = call.invoke_async(c).await?;
+        let reply: Value = invoke(c, &ACQUIRE, &call).await?;
         parse(&reply).ok_or_else(|| {
             let what = format!("{reply:?}");
             redis::RedisError::from((
