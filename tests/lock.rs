@@ -424,6 +424,49 @@ async fn a_lock_fence_stays_above_the_holders_after_its_counter_is_lost() {
     assert_eq!(bounded("release", gb.release()).await, Ok(true));
 }
 
+/// A fenced lock and unlock on its common path run no script where the server has a native
+/// compare-and-delete: `MULTI`/`SET NX PX`/`INCR`/`TIME`/`EXEC`, then `DELIFEQ` and `PUBLISH`
+/// (Valkey 9), or `lua/lock_release.lua` (Redis 7.0); the acquire script runs for the first
+/// grant only (docs/protocol.md, "A lock's key").
+async fn fenced_pairs_run_the_servers_commands(server: &str) {
+    let redis = RedisServer::start_on(server);
+    seed_fence(&redis, "pairs");
+    let a = locker(&redis.url(), "pairs", "a", Duration::from_secs(60));
+    let before = ["evalsha", "exec", "delifeq", "publish"].map(|c| calls(&redis, c));
+    let started = Instant::now();
+    let mut last = 0;
+    for _ in 0..20 {
+        let g = lock_now(&a).await;
+        assert!(g.fence() > last);
+        last = g.fence();
+        assert_eq!(bounded("release", g.release()).await, Ok(true));
+    }
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let [evalsha, exec, delifeq, publish] =
+        ["evalsha", "exec", "delifeq", "publish"].map(|c| calls(&redis, c));
+    let (evalsha, exec) = (evalsha - before[0], exec - before[1]);
+    let (delifeq, publish) = (delifeq - before[2], publish - before[3]);
+    assert_eq!(publish, 20, "one release message per unlock");
+    let native = server.starts_with("valkey9");
+    assert_eq!(delifeq, if native { 20 } else { 0 }, "{server}");
+    // The script's grants: the first, and about one per 10 ms (the clock passed the counter).
+    let scripted = evalsha - if native { 0 } else { 20 };
+    assert!(
+        scripted <= 3 + elapsed_ms / 5 && exec + scripted >= 20,
+        "{server}: {scripted} grants by script and {exec} by MULTI in {elapsed_ms} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fenced_pairs_run_scripts_to_release() {
+    fenced_pairs_run_the_servers_commands("redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey9_fenced_pairs_run_no_script() {
+    fenced_pairs_run_the_servers_commands("valkey9").await;
+}
+
 /// One holder's watchdog renews each of its holds: one taken right after a release (the
 /// watchdog still sleeps for the earlier hold's renew) and one taken after the watchdog found
 /// nothing to renew and waits to be told of a hold (README, "Library").

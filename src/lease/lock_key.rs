@@ -39,6 +39,24 @@ struct Fence {
     raise_at: StdMutex<Option<Instant>>,
 }
 
+/// A command, or a pipeline whose one answer counts (the others ignored).
+enum Request {
+    Cmd(redis::Cmd),
+    Pipe(redis::Pipeline),
+}
+
+impl From<redis::Cmd> for Request {
+    fn from(cmd: redis::Cmd) -> Self {
+        Request::Cmd(cmd)
+    }
+}
+
+impl From<redis::Pipeline> for Request {
+    fn from(pipe: redis::Pipeline) -> Self {
+        Request::Pipe(pipe)
+    }
+}
+
 /// One lock's key on one endpoint.
 pub(crate) struct LockKey {
     spec: LeaseSpec,
@@ -115,15 +133,19 @@ impl LockKey {
             .await
     }
 
-    /// One command, then `WAIT` when `counts(&reply)` (see [`LockKey::run`]).
+    /// One command (or a pipeline of one answer), then `WAIT` when `counts(&reply)` (see
+    /// [`LockKey::run`]).
     async fn command<T: FromRedisValue + Send>(
         &self,
-        cmd: redis::Cmd,
+        request: Request,
         times: (Instant, Instant),
         counts: fn(&T) -> bool,
     ) -> Result<(T, Option<i64>), RedisFailure> {
         self.run(times, counts, |mut c| async move {
-            let reply = cmd.query_async(&mut c).await?;
+            let reply = match request {
+                Request::Cmd(cmd) => cmd.query_async(&mut c).await?,
+                Request::Pipe(pipe) => pipe.query_async::<(T,)>(&mut c).await?.0,
+            };
             Ok((reply, c))
         })
         .await
@@ -149,14 +171,14 @@ impl LockKey {
     async fn native<T: FromRedisValue + Send>(
         &self,
         which: Cmd,
-        cmd: redis::Cmd,
+        cmd: impl Into<Request>,
         times: (Instant, Instant),
         counts: fn(&T) -> bool,
     ) -> Result<Option<(T, Option<i64>)>, RedisFailure> {
         if !self.native.may_try(which) {
             return Ok(None);
         }
-        match self.command(cmd, times, counts).await {
+        match self.command(cmd.into(), times, counts).await {
             Ok(v) => {
                 if !self.native.works(which) {
                     self.native.learn(which, true);
@@ -186,7 +208,7 @@ impl LockKey {
                 set.arg(&self.key).arg(&value).arg("NX").arg("PX");
                 set.arg(self.ttl_ms());
                 let taken = |v: &Option<String>| v.is_some();
-                match self.command(set, (sent, until), taken).await {
+                match self.command(set.into(), (sent, until), taken).await {
                     Ok((Some(_), acked)) => (0, acked),
                     Ok((None, _)) => {
                         let left = until.saturating_duration_since(Instant::now());
@@ -283,7 +305,10 @@ impl LockKey {
         }
     }
 
-    /// `lua/lock_release.lua`, with the election's release message (README, "Announcements").
+    /// The release message (README, "Announcements") published with a native
+    /// compare-and-delete in one round trip where the server has one (published then even
+    /// when the lock was no longer ours: a waiter woken for nothing tries again), else by
+    /// `lua/lock_release.lua`, which also keeps the key for a reservation's successor.
     async fn release_fenced(
         &self,
         fence: &Fence,
@@ -298,6 +323,33 @@ impl LockKey {
             term.fence,
             successor.unwrap_or(serde_json::Value::Null)
         );
+        if reservation.is_none() {
+            let never = |_: &i64| false;
+            for which in [Cmd::Delifeq, Cmd::Delex] {
+                let delete = self.delete_cmd(which, &term.token);
+                if self.native.works(which) {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(delete);
+                    pipe.cmd("PUBLISH")
+                        .arg(&fence.released)
+                        .arg(&message)
+                        .ignore();
+                    match self.native(which, pipe, times, never).await? {
+                        Some((n, _)) => return Ok(n),
+                        None => continue, // refused since (an ACL changed)
+                    }
+                }
+                // Not known yet: alone, and published only once it deleted.
+                if let Some((n, _)) = self.native(which, delete, times, never).await? {
+                    if n == 1 {
+                        let mut publish = redis::cmd("PUBLISH");
+                        publish.arg(&fence.released).arg(&message);
+                        self.command::<i64>(publish.into(), times, never).await?;
+                    }
+                    return Ok(n);
+                }
+            }
+        }
         let mut call = evalsha(&FENCED_RELEASE, &[&self.key, &fence.released]);
         call.arg(&term.token).arg(message);
         if let Some(r) = reservation {
@@ -311,19 +363,30 @@ impl LockKey {
     /// A plain lock's compare-and-delete: 1 when deleted.
     async fn delete(&self, value: &str, times: (Instant, Instant)) -> Result<i64, RedisFailure> {
         let never = |_: &i64| false;
-        let mut delifeq = redis::cmd("DELIFEQ");
-        delifeq.arg(&self.key).arg(value);
-        if let Some((n, _)) = self.native(Cmd::Delifeq, delifeq, times, never).await? {
-            return Ok(n);
-        }
-        let mut delex = redis::cmd("DELEX");
-        delex.arg(&self.key).arg("IFEQ").arg(value);
-        if let Some((n, _)) = self.native(Cmd::Delex, delex, times, never).await? {
-            return Ok(n);
+        for which in [Cmd::Delifeq, Cmd::Delex] {
+            let cmd = self.delete_cmd(which, value);
+            if let Some((n, _)) = self.native(which, cmd, times, never).await? {
+                return Ok(n);
+            }
         }
         let mut call = evalsha(&PLAIN_RELEASE, &[&self.key]);
         call.arg(value);
         Ok(self.script(&PLAIN_RELEASE, call, times, never).await?.0)
+    }
+
+    /// The native compare-and-delete `which`: `DELIFEQ key value` or `DELEX key IFEQ value`.
+    fn delete_cmd(&self, which: Cmd, value: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd(if which == Cmd::Delifeq {
+            "DELIFEQ"
+        } else {
+            "DELEX"
+        });
+        cmd.arg(&self.key);
+        if which == Cmd::Delex {
+            cmd.arg("IFEQ");
+        }
+        cmd.arg(value);
+        cmd
     }
 
     /// A failure of a call on a term as its error; `Ok` when the key holds another type (an

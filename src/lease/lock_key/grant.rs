@@ -26,6 +26,10 @@ static ACQUIRE: LazyLock<Script> =
 /// plus the servers' clock difference (docs/library.md, "The lock").
 const FENCE_HEADROOM_US: u64 = 10_000;
 
+/// How much sooner than the counter's lead over the clock says the script is used again,
+/// in microseconds: a grant of the common path finds the counter still ahead.
+const MARGIN_US: u64 = 1_000;
+
 /// What a fenced acquire got.
 pub(super) enum Grant {
     /// The lock, with its fence.
@@ -74,7 +78,8 @@ impl LockKey {
                 fence: f,
                 server_us,
             } => {
-                let ahead = Duration::from_micros(f.saturating_sub(server_us));
+                // Less a margin: a later request may take longer to reach the server.
+                let ahead = Duration::from_micros(f.saturating_sub(server_us + MARGIN_US));
                 *fence.raise_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent + ahead);
                 Ok((Grant::Fenced(f), acked))
             }
