@@ -6,7 +6,8 @@
 -- KEYS[1] the lock's string key, KEYS[2] the fence counter (same hash tag).
 -- ARGV[1] the value `<holder>:<token>`, ARGV[2] the lease duration in ms, ARGV[3] the fence
 -- headroom in microseconds, ARGV[4] the fence the client's MULTI got with ARGV[1] when it
--- took the lock ('' when this script is to take it).
+-- took the lock ('' when this script is to take it), ARGV[5] the counter's lead over the
+-- server clock in microseconds below which it is raised.
 -- Returns {1, fence, server_us} when granted; {0, value, pttl_ms, counter} otherwise (value
 -- '' for the quarantine, `>identity>` for a reservation, cut to 256 bytes).
 local function held(value)
@@ -42,10 +43,11 @@ if fence == 1 then
   redis.call('SET', KEYS[1], '', 'PX', ARGV[2])
   return {0, '', tonumber(ARGV[2]), tonumber(seed)}
 end
-if now_us >= fence then
+if fence < now_us + tonumber(ARGV[5]) then
   -- The clock floor: a fence never falls behind the server clock, so after a failover to a
   -- replica that missed the last grants it is still above theirs. Raised `headroom` past
-  -- the clock, so that the next grants of that long need only the common path.
+  -- the clock (before the clock passes it), so that the next grants of about that long
+  -- need only the common path.
   fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') or 0, now_us + headroom)
   redis.call('SET', KEYS[2], string.format('%.0f', fence))
 end

@@ -46,7 +46,8 @@ pub const EXPECTED_COMMANDS: &[(&str, &str, f64)] = &[
 const COMMANDS_SLACK: f64 = 0.05;
 
 /// The most grants a second per lock that may go through `lua/lock_acquire.lua` (the first,
-/// and those that raise the fence counter 10 ms past the server clock: about 100).
+/// and those that raise the fence counter 12 ms past the server clock when its lead is under
+/// 2 ms: about one per 10 ms).
 const SCRIPT_GRANTS_PER_LOCK_S: f64 = 110.0;
 
 fn expected_commands(imp: Impl, server: &str) -> f64 {

@@ -20,14 +20,19 @@ use crate::lease::{lifted, LeaseError, Observed};
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/lock_acquire.lua")));
 
-/// How far past the server clock a grant raises the fence counter, in microseconds: the
-/// counter is written (by the script) about once per this much time instead of at every
-/// grant, and fences stay above a lost grant's across a failover that takes longer than this
-/// plus the servers' clock difference (docs/library.md, "The lock").
-const FENCE_HEADROOM_US: u64 = 10_000;
+/// How far past the server clock the script raises the fence counter, in microseconds, when
+/// the counter leads the clock by less than [`RAISE_BELOW_US`]: written about once per 10 ms
+/// instead of at every grant, and fences stay above a lost grant's across a failover that
+/// takes longer than this plus the servers' clock difference (docs/library.md, "The lock").
+const FENCE_HEADROOM_US: u64 = 12_000;
 
-/// How much sooner than the counter's lead over the clock says the script is used again,
-/// in microseconds: a grant of the common path finds the counter still ahead.
+/// The counter's lead over the server clock below which the script raises it.
+const RAISE_BELOW_US: u64 = 2_000;
+
+/// How much sooner than the counter's lead says the script is used again, in microseconds:
+/// a grant of the common path finds the counter still ahead of the clock (a later request
+/// may take longer to reach the server), and the script then finds it below
+/// [`RAISE_BELOW_US`] and raises it.
 const MARGIN_US: u64 = 1_000;
 
 /// What a fenced acquire got.
@@ -134,7 +139,8 @@ impl LockKey {
         call.arg(value)
             .arg(self.ttl_ms())
             .arg(FENCE_HEADROOM_US)
-            .arg(taken);
+            .arg(taken)
+            .arg(RAISE_BELOW_US);
         let reply: Value = invoke(c, &ACQUIRE, &call).await?;
         parse(&reply).ok_or_else(|| {
             let what = format!("{reply:?}");
