@@ -20,7 +20,7 @@ impl Lease for LeaseClient {
         self.spec.command_timeout
     }
 
-    /// The lock's own key and commands ([`super::LockKey`], docs/protocol.md, "A lock's key").
+    /// The lock's own key and commands (docs/protocol.md, "A lock's key").
     fn for_lock(mut self) -> Self {
         let fenced = super::LockKey::new(&self.spec, &self.keys, self.endpoint.clone(), true);
         self.lock = Some(Box::new(fenced));

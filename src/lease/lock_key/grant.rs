@@ -1,11 +1,11 @@
 //! A fenced lock's grant (docs/protocol.md, "A lock's key"). The common path runs no
 //! script: `MULTI`, `SET lock value NX PX ttl`, `INCR fence`, `TIME`, `EXEC`, granted with
-//! the `INCR`'s value when the `SET` took the lock and that value is above the server clock
-//! (a counter raised `FENCE_HEADROOM_US` past the clock stays above it that long).
-//! `lua/lock_acquire.lua` grants the rest: a counter the clock passed (raised), a missing
-//! counter (seeded, and the lock quarantined), a denied `SET` (a reservation for this holder
-//! is taken, else the holder is read), and every grant while the client does not know how
-//! far the counter is ahead of the clock (its first, or when that time has run out).
+//! the `INCR`'s value when the `SET` took the lock and that value is above the server clock.
+//! `lua/lock_acquire.lua` grants the rest: a `MULTI` that got a value not above the clock, or
+//! 1 (a missing counter: seeded, and the lock quarantined), or whose `SET` was denied (a
+//! reservation for this holder is taken, else the holder is read); and every grant once the
+//! counter's lead over the clock, as the last grant saw it, is nearly gone (and the client's
+//! first), where the script raises the counter [`FENCE_HEADROOM_US`] past the clock.
 
 use std::sync::LazyLock;
 use std::time::Duration;
