@@ -509,3 +509,39 @@ async fn a_reserved_lock_is_taken_by_its_successor_alone() {
         other => panic!("b's acquire of its reservation: {other:?}"),
     }
 }
+
+/// The fenced lock on a 3-master cluster: its `MULTI` and scripts go to the node of the
+/// name's slot. The first grant finds no counter (quarantine), then every fence is higher
+/// than the last and the watchdog renews the lock (docs/protocol.md, "A lock's key").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_lock_works_on_a_cluster() {
+    let servers = support::cluster::create_cluster(3, 0, &[]);
+    let urls = servers.iter().map(|s| s.url()).collect();
+    let redis = leaderd::RedisSpec::new(leaderd::connection::Topology::Cluster { urls });
+    let lease = Duration::from_secs(1);
+    let client = |holder: &str| {
+        let backend = leaderd::Backend::connect(&redis, spec("clustered", holder, lease));
+        Locker::new(backend.expect("a cluster spec"))
+    };
+    let (a, b) = (client("a"), client("b"));
+    let first = bounded("lock", a.lock(Instant::now() + Duration::from_secs(5)))
+        .await
+        .expect("the lock after its quarantine");
+    let mut last = first.fence();
+    assert_eq!(bounded("release", first.release()).await, Ok(true));
+    for i in 0..20 {
+        let locker = if i % 2 == 0 { &a } else { &b };
+        let g = lock_now(locker).await;
+        assert!(g.fence() > last, "grant {i}: {} after {last}", g.fence());
+        last = g.fence();
+        assert_eq!(bounded("release", g.release()).await, Ok(true));
+    }
+    let g = lock_now(&a).await;
+    tokio::time::sleep(lease * 2).await;
+    assert!(g.is_valid(), "not renewed on the cluster");
+    assert!(matches!(
+        bounded("try_lock", b.try_lock()).await,
+        Err(LeaseError::Held(_))
+    ));
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+}
