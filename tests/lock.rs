@@ -413,6 +413,40 @@ async fn a_lock_fence_stays_above_the_holders_after_its_counter_is_lost() {
     assert_eq!(bounded("release", gb.release()).await, Ok(true));
 }
 
+/// Redis restarted empty, and a client that took the lock with its `MULTI` (which got 1: the
+/// counter was missing) died before the script seeded the counter: its value blocks the lock
+/// for a lease duration, and the next grant's fence is still above every fence before the
+/// loss (docs/protocol.md, "A lock's key").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_by_a_client_that_died_before_seeding_waits_and_fences_above() {
+    let mut redis = RedisServer::start();
+    seed_fence(&redis, "orphan");
+    let keys = keys("orphan");
+    let a = locker(&redis.url(), "orphan", "a", Duration::from_secs(1));
+    let g = lock_now(&a).await;
+    let before = g.fence();
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+    redis.restart_empty();
+    // What the dead client's MULTI left: its value with the lock's TTL, and the counter at 1.
+    let value = format!("dead:{}", "0".repeat(32));
+    assert_eq!(
+        redis.cmd(&["SET", &keys.lock, &value, "NX", "PX", "1000"]),
+        "OK"
+    );
+    assert_eq!(redis.cmd(&["INCR", &keys.fence]), "1");
+    let left_at = Instant::now();
+    let g = bounded("lock", a.lock(Instant::now() + Duration::from_secs(8)))
+        .await
+        .expect("the lock once the dead client's value expired");
+    assert!(
+        left_at.elapsed() >= Duration::from_millis(900),
+        "granted {:?} after, while the dead client's value was there",
+        left_at.elapsed()
+    );
+    assert!(g.fence() > before, "fence {} after {before}", g.fence());
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+}
+
 /// A fenced lock and unlock on its common path run no script where the server has a native
 /// compare-and-delete: `MULTI`/`SET NX PX`/`INCR`/`TIME`/`EXEC`, then `DELIFEQ` and `PUBLISH`
 /// (Valkey 9), or `lua/lock_release.lua` (Redis 7.0); the acquire script runs for the first
