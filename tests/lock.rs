@@ -447,6 +447,41 @@ async fn a_lock_taken_by_a_client_that_died_before_seeding_waits_and_fences_abov
     assert_eq!(bounded("release", g.release()).await, Ok(true));
 }
 
+/// The counter deleted between two grants of the common path: the next `MULTI` gets 1, and
+/// the script it hands over to seeds the counter above the last fence and quarantines the
+/// lock instead of granting it (docs/protocol.md, "A lock's key").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_that_finds_the_counter_missing_quarantines_the_lock() {
+    let redis = RedisServer::start();
+    seed_fence(&redis, "unseeded");
+    let keys = keys("unseeded");
+    let a = locker(&redis.url(), "unseeded", "a", Duration::from_secs(5));
+    // The first grant is the script's; the next ones, at once, take the common path.
+    let g = lock_now(&a).await;
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+    let g = lock_now(&a).await;
+    let last = g.fence();
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+    assert_eq!(redis.cmd(&["DEL", &keys.fence]), "1");
+    let exec = calls(&redis, "exec");
+    match bounded("try_lock", a.try_lock()).await {
+        Err(LeaseError::Held(leaderd::Observed::Quarantined { fence, .. })) => {
+            assert!(fence > last, "seeded at {fence}, after {last}")
+        }
+        other => panic!("granted without a counter: {:?}", other.map(|g| g.fence())),
+    }
+    assert_eq!(
+        calls(&redis, "exec"),
+        exec + 1,
+        "not the common path's MULTI"
+    );
+    assert_eq!(
+        redis.cmd(&["GET", &keys.lock]),
+        "",
+        "the quarantine placeholder"
+    );
+}
+
 /// A fenced lock and unlock on its common path run no script where the server has a native
 /// compare-and-delete: `MULTI`/`SET NX PX`/`INCR`/`TIME`/`EXEC`, then `DELIFEQ` and `PUBLISH`
 /// (Valkey 9), or `lua/lock_release.lua` (Redis 7.0); the acquire script runs for the first
