@@ -27,6 +27,8 @@ mod candidates;
 mod control;
 mod foreign;
 mod interface;
+mod lock_key;
+mod native;
 mod ops;
 mod pending;
 mod registry;
@@ -49,8 +51,9 @@ pub use announcement::Announcement;
 pub use candidates::{Candidate, Heartbeat, Registration, Roster, MAX_CANDIDATES};
 pub use control::{Control, ControlMessage, ControlWatch, HandoverRequest};
 pub use interface::Lease;
+pub(crate) use lock_key::LockKey;
 pub use shard::{ShardRenewal, ShardTerm};
-pub(crate) use types::{new_token, unix_ms};
+pub(crate) use types::{new_token, push_token, unix_ms};
 pub use types::{Acquire, Holder, LeaseError, LeaseKeys, LeaseSpec, Observed, Reservation, Term};
 pub(crate) use wait::jittered;
 pub use watch::ReleaseWatch;
@@ -58,8 +61,6 @@ pub use watch::ReleaseWatch;
 /// The lease's Lua scripts (each hashed once, for every client).
 struct Scripts {
     acquire: Script,
-    lock_acquire: Script,
-    lock_release: Script,
     renew: Script,
     release: Script,
     announce: Script,
@@ -70,8 +71,6 @@ struct Scripts {
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
     acquire: Script::new(include_str!("../lua/acquire.lua")),
-    lock_acquire: Script::new(include_str!("../lua/lock_acquire.lua")),
-    lock_release: Script::new(include_str!("../lua/lock_release.lua")),
     renew: Script::new(include_str!("../lua/renew.lua")),
     release: Script::new(include_str!("../lua/release.lua")),
     announce: Script::new(include_str!("../lua/announce.lua")),
@@ -90,9 +89,9 @@ pub struct LeaseClient {
     control_poke: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// Grants this client may hold without knowing it (see [`Lease::release_strays`]).
     strays: std::sync::Arc<strays::Strays>,
-    /// A lock's client ([`Lease::for_lock`]): grants are not announced, renewals do not look
-    /// for handover requests.
-    lock: bool,
+    /// A lock's client ([`Lease::for_lock`]): the lock's own key and commands ([`LockKey`])
+    /// instead of the election's.
+    lock: Option<Box<LockKey>>,
     /// Messages its listeners dropped (see [`Lease::messages_dropped`]).
     dropped: announcement::Dropped,
     /// The candidates as last read, with the registry's version then, and this client's
@@ -149,7 +148,7 @@ impl LeaseClient {
             scripts: &SCRIPTS,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
-            lock: false,
+            lock: None,
             dropped: Default::default(),
             registry: Default::default(),
             shard: None,
@@ -166,7 +165,7 @@ impl LeaseClient {
             scripts: self.scripts,
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
-            lock: false,
+            lock: None,
             dropped: Default::default(),
             registry: Default::default(),
             shard: None,

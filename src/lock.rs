@@ -37,7 +37,6 @@ use tokio::time::Instant;
 
 use crate::lease::{Acquire, Lease, LeaseClient, LeaseError, Term};
 
-mod native;
 mod plain;
 mod watchdog;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leaderd::{Lease, LeaseClient, LeaseError, LeaseSpec};
 use leaderd::{LeaseGuard, Locker, LossReason, WatchdogConfig};
-use support::locks::{bounded, lock_now, BOUND};
+use support::locks::{bounded, calls, lock_now, BOUND};
 use support::{keys, seed_fence, wait_until, Proxy, RedisServer};
 use tokio::time::Instant;
 
@@ -20,6 +20,14 @@ fn spec(name: &str, holder: &str, lease: Duration) -> LeaseSpec {
 
 fn locker(url: &str, name: &str, holder: &str, lease: Duration) -> Locker<LeaseClient> {
     Locker::new(LeaseClient::connect(url, spec(name, holder, lease)).expect("valid url"))
+}
+
+/// The holder named by the lock's string key `<holder>:<token>`.
+fn holder_of(redis: &RedisServer, key: &str) -> String {
+    let value = redis.cmd(&["GET", key]);
+    let (holder, token) = value.rsplit_once(':').expect("<holder>:<token>");
+    assert_eq!(token.len(), 32, "{value}");
+    holder.to_owned()
 }
 
 /// Not lost yet (without waiting).
@@ -50,7 +58,9 @@ async fn reentrant_lock_counts_holds_and_excludes_others() {
     match bounded("try_lock", b.try_lock()).await {
         Err(LeaseError::Held(h)) => {
             assert_eq!(support::held_by(&h), Some("a"));
-            assert_eq!(support::fence_of(&h), g1.fence());
+            // The fence counter: the holder's fence, or past it once others tried (each
+            // attempt counts, docs/protocol.md "A lock's key").
+            assert!(support::fence_of(&h) >= g1.fence(), "{h:?}");
             let left = h.remaining().expect("a TTL");
             assert!(left > Duration::ZERO && left <= Duration::from_secs(5));
         }
@@ -61,8 +71,7 @@ async fn reentrant_lock_counts_holds_and_excludes_others() {
 
     assert_eq!(bounded("release", g1.release()).await, Ok(true));
     assert_eq!(a.hold_count().await, 1);
-    assert_eq!(redis.cmd(&["HGET", &key, "holder"]), "a");
-    assert_eq!(redis.cmd(&["HGET", &key, "fence"]), g2.fence().to_string());
+    assert_eq!(holder_of(&redis, &key), "a");
     assert!(matches!(
         bounded("try_lock", b.try_lock()).await,
         Err(LeaseError::Held(_))
@@ -78,7 +87,7 @@ async fn reentrant_lock_counts_holds_and_excludes_others() {
         .await
         .expect("b takes the freed lease");
     assert!(gb.fence() > fence_a);
-    assert_eq!(redis.cmd(&["HGET", &key, "holder"]), "b");
+    assert_eq!(holder_of(&redis, &key), "b");
     // Now a is the one refused.
     assert!(matches!(
         bounded("try_lock", a.try_lock()).await,
@@ -158,8 +167,7 @@ async fn watchdog_keeps_the_lease_past_several_ttls() {
     assert!(g.is_valid());
     assert!(g.valid_until().unwrap() > first_valid + Duration::from_secs(2));
     assert_eq!(g.fence(), fence);
-    assert_eq!(redis.cmd(&["HGET", &key, "holder"]), "a");
-    assert_eq!(redis.cmd(&["HGET", &key, "fence"]), fence.to_string());
+    assert_eq!(holder_of(&redis, &key), "a");
     let pttl: i64 = redis.cmd(&["PTTL", &key]).parse().unwrap();
     assert!(pttl > 0 && pttl <= 1000, "PTTL {pttl}");
     assert_eq!(bounded("release", g.release()).await, Ok(true));
@@ -199,7 +207,8 @@ async fn watchdog_reports_a_deleted_key_as_lost() {
         g2.is_valid(),
         "releasing the lost guard touched the new term"
     );
-    assert_eq!(redis.cmd(&["HGET", &key, "fence"]), g2.fence().to_string());
+    let counter = keys("deleted").fence;
+    assert_eq!(redis.cmd(&["GET", &counter]), g2.fence().to_string());
     assert_eq!(bounded("release", g2.release()).await, Ok(true));
 }
 
@@ -254,17 +263,6 @@ async fn watchdog_reports_loss_when_redis_hangs() {
         .with_renew_deadline(Duration::from_millis(700))
         .with_retry(Duration::from_millis(200));
     loss_is_reported_before_validity_ends(config, |p| p.blackhole(true), "hung").await;
-}
-
-/// `calls` of one command in `INFO commandstats` (0 when never called).
-fn calls(redis: &RedisServer, command: &str) -> u64 {
-    let stats = redis.cmd(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("calls is a number"))
 }
 
 /// The messages published on `channel` while `work` runs (read after a PING round trip).
@@ -359,7 +357,8 @@ async fn lock_fences_increase_without_a_counter_write_per_grant_and_across_data_
         assert_eq!(bounded("release", g.release()).await, Ok(true));
     }
     let elapsed_ms = started.elapsed().as_millis() as u64;
-    let sets = calls(&redis, "set") - sets_before;
+    // Every grant's own `SET NX PX` of the lock's key, and the counter's writes.
+    let sets = calls(&redis, "set") - sets_before - 300;
     assert!(
         sets <= elapsed_ms / 10 + 2 && sets < 300,
         "the fence counter was written {sets} times for 300 grants in {elapsed_ms} ms"
@@ -381,6 +380,149 @@ async fn lock_fences_increase_without_a_counter_write_per_grant_and_across_data_
         lost_at.elapsed()
     );
     assert_eq!(bounded("release", g.release()).await, Ok(true));
+}
+
+/// The fence counter gone while the lock is held (evicted, or deleted by hand), and created
+/// again as 1 by another's denied attempt: the next grant's fence is still above the
+/// holder's, raised to the server clock (docs/protocol.md, "A lock's key").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_fence_stays_above_the_holders_after_its_counter_is_lost() {
+    let redis = RedisServer::start();
+    seed_fence(&redis, "evicted");
+    let counter = keys("evicted").fence;
+    let a = locker(&redis.url(), "evicted", "a", Duration::from_secs(5));
+    let b = locker(&redis.url(), "evicted", "b", Duration::from_secs(5));
+    // Grants of the common path (no script) first, so that b knows the counter's lead.
+    let gb = lock_now(&b).await;
+    assert_eq!(bounded("release", gb.release()).await, Ok(true));
+    let ga = lock_now(&a).await;
+    let fence_a = ga.fence();
+    assert_eq!(redis.cmd(&["DEL", &counter]), "1");
+    match bounded("try_lock", b.try_lock()).await {
+        Err(LeaseError::Held(h)) => assert_eq!(support::held_by(&h), Some("a")),
+        other => panic!("b got a held lock: {:?}", other.map(|g| g.fence())),
+    }
+    assert_eq!(redis.cmd(&["GET", &counter]), "1", "b's attempt counted");
+    assert_eq!(bounded("release", ga.release()).await, Ok(true));
+    let gb = lock_now(&b).await;
+    assert!(
+        gb.fence() > fence_a,
+        "fence {} after a's {fence_a}",
+        gb.fence()
+    );
+    assert_eq!(bounded("release", gb.release()).await, Ok(true));
+}
+
+/// Redis restarted empty, and a client that took the lock with its `MULTI` (which got 1: the
+/// counter was missing) died before the script seeded the counter: its value blocks the lock
+/// for a lease duration, and the next grant's fence is still above every fence before the
+/// loss (docs/protocol.md, "A lock's key").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_by_a_client_that_died_before_seeding_waits_and_fences_above() {
+    let mut redis = RedisServer::start();
+    seed_fence(&redis, "orphan");
+    let keys = keys("orphan");
+    let a = locker(&redis.url(), "orphan", "a", Duration::from_secs(1));
+    let g = lock_now(&a).await;
+    let before = g.fence();
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+    redis.restart_empty();
+    // What the dead client's MULTI left: its value with the lock's TTL, and the counter at 1.
+    let value = format!("dead:{}", "0".repeat(32));
+    assert_eq!(
+        redis.cmd(&["SET", &keys.lock, &value, "NX", "PX", "1000"]),
+        "OK"
+    );
+    assert_eq!(redis.cmd(&["INCR", &keys.fence]), "1");
+    let left_at = Instant::now();
+    let g = bounded("lock", a.lock(Instant::now() + Duration::from_secs(8)))
+        .await
+        .expect("the lock once the dead client's value expired");
+    assert!(
+        left_at.elapsed() >= Duration::from_millis(900),
+        "granted {:?} after, while the dead client's value was there",
+        left_at.elapsed()
+    );
+    assert!(g.fence() > before, "fence {} after {before}", g.fence());
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+}
+
+/// The counter deleted between two grants of the common path: the next `MULTI` gets 1, and
+/// the script it hands over to seeds the counter above the last fence and quarantines the
+/// lock instead of granting it (docs/protocol.md, "A lock's key").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_that_finds_the_counter_missing_quarantines_the_lock() {
+    let redis = RedisServer::start();
+    seed_fence(&redis, "unseeded");
+    let keys = keys("unseeded");
+    let a = locker(&redis.url(), "unseeded", "a", Duration::from_secs(5));
+    // The first grant is the script's; the next ones, at once, take the common path.
+    let g = lock_now(&a).await;
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+    let g = lock_now(&a).await;
+    let last = g.fence();
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
+    assert_eq!(redis.cmd(&["DEL", &keys.fence]), "1");
+    let exec = calls(&redis, "exec");
+    match bounded("try_lock", a.try_lock()).await {
+        Err(LeaseError::Held(leaderd::Observed::Quarantined { fence, .. })) => {
+            assert!(fence > last, "seeded at {fence}, after {last}")
+        }
+        other => panic!("granted without a counter: {:?}", other.map(|g| g.fence())),
+    }
+    assert_eq!(
+        calls(&redis, "exec"),
+        exec + 1,
+        "not the common path's MULTI"
+    );
+    assert_eq!(
+        redis.cmd(&["GET", &keys.lock]),
+        "",
+        "the quarantine placeholder"
+    );
+}
+
+/// A fenced lock and unlock on its common path run no script where the server has a native
+/// compare-and-delete: `MULTI`/`SET NX PX`/`INCR`/`TIME`/`EXEC`, then `DELIFEQ` and `PUBLISH`
+/// (Valkey 9), or `lua/lock_release.lua` (Redis 7.0); the acquire script runs for the first
+/// grant only (docs/protocol.md, "A lock's key").
+async fn fenced_pairs_run_the_servers_commands(server: &str) {
+    let redis = RedisServer::start_on(server);
+    seed_fence(&redis, "pairs");
+    let a = locker(&redis.url(), "pairs", "a", Duration::from_secs(60));
+    let before = ["evalsha", "exec", "delifeq", "publish"].map(|c| calls(&redis, c));
+    let started = Instant::now();
+    let mut last = 0;
+    for _ in 0..20 {
+        let g = lock_now(&a).await;
+        assert!(g.fence() > last);
+        last = g.fence();
+        assert_eq!(bounded("release", g.release()).await, Ok(true));
+    }
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let [evalsha, exec, delifeq, publish] =
+        ["evalsha", "exec", "delifeq", "publish"].map(|c| calls(&redis, c));
+    let (evalsha, exec) = (evalsha - before[0], exec - before[1]);
+    let (delifeq, publish) = (delifeq - before[2], publish - before[3]);
+    assert_eq!(publish, 20, "one release message per unlock");
+    let native = server.starts_with("valkey9");
+    assert_eq!(delifeq, if native { 20 } else { 0 }, "{server}");
+    // The script's grants: the first, and about one per 10 ms (the clock passed the counter).
+    let scripted = evalsha - if native { 0 } else { 20 };
+    assert!(
+        scripted <= 2 + elapsed_ms / 10 && exec + scripted >= 20,
+        "{server}: {scripted} grants by script and {exec} by MULTI in {elapsed_ms} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fenced_pairs_run_scripts_to_release() {
+    fenced_pairs_run_the_servers_commands("redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey9_fenced_pairs_run_no_script() {
+    fenced_pairs_run_the_servers_commands("valkey9").await;
 }
 
 /// One holder's watchdog renews each of its holds: one taken right after a release (the
@@ -435,4 +577,40 @@ async fn a_reserved_lock_is_taken_by_its_successor_alone() {
         Ok(leaderd::Acquire::Acquired(t)) => assert!(t.fence > term.fence, "{t:?}"),
         other => panic!("b's acquire of its reservation: {other:?}"),
     }
+}
+
+/// The fenced lock on a 3-master cluster: its `MULTI` and scripts go to the node of the
+/// name's slot. The first grant finds no counter (quarantine), then every fence is higher
+/// than the last and the watchdog renews the lock (docs/protocol.md, "A lock's key").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_lock_works_on_a_cluster() {
+    let servers = support::cluster::create_cluster(3, 0, &[]);
+    let urls = servers.iter().map(|s| s.url()).collect();
+    let redis = leaderd::RedisSpec::new(leaderd::connection::Topology::Cluster { urls });
+    let lease = Duration::from_secs(1);
+    let client = |holder: &str| {
+        let backend = leaderd::Backend::connect(&redis, spec("clustered", holder, lease));
+        Locker::new(backend.expect("a cluster spec"))
+    };
+    let (a, b) = (client("a"), client("b"));
+    let first = bounded("lock", a.lock(Instant::now() + Duration::from_secs(5)))
+        .await
+        .expect("the lock after its quarantine");
+    let mut last = first.fence();
+    assert_eq!(bounded("release", first.release()).await, Ok(true));
+    for i in 0..20 {
+        let locker = if i % 2 == 0 { &a } else { &b };
+        let g = lock_now(locker).await;
+        assert!(g.fence() > last, "grant {i}: {} after {last}", g.fence());
+        last = g.fence();
+        assert_eq!(bounded("release", g.release()).await, Ok(true));
+    }
+    let g = lock_now(&a).await;
+    tokio::time::sleep(lease * 2).await;
+    assert!(g.is_valid(), "not renewed on the cluster");
+    assert!(matches!(
+        bounded("try_lock", b.try_lock()).await,
+        Err(LeaseError::Held(_))
+    ));
+    assert_eq!(bounded("release", g.release()).await, Ok(true));
 }

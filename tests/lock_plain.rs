@@ -10,29 +10,13 @@ use std::time::Duration;
 
 use leaderd::{LeaseClient, LeaseError, LeaseSpec, Observed};
 use leaderd::{Locker, LossReason, PlainLease};
-use support::locks::{bounded, lock_now};
+use support::locks::{bounded, calls, lock_now};
 use support::{keys, RedisServer};
 use tokio::time::Instant;
 
 fn locker(redis: &RedisServer, name: &str, holder: &str, lease: Duration) -> Locker<PlainLease> {
     let spec = LeaseSpec::new(name, holder, lease).with_command_timeout(Duration::from_millis(300));
     Locker::plain(LeaseClient::connect(&redis.url(), spec).expect("valid url"))
-}
-
-/// Successful calls of one command (`calls - failed_calls` of `INFO commandstats`; 0 when
-/// never called): a refused probe or a `NOSCRIPT` does not count.
-fn calls(redis: &RedisServer, command: &str) -> u64 {
-    let stats = redis.cmd(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:");
-    let Some(line) = stats.lines().find_map(|l| l.trim().strip_prefix(&prefix)) else {
-        return 0;
-    };
-    let field = |name: &str| {
-        line.split(',')
-            .find_map(|f| f.strip_prefix(name))
-            .map_or(0, |n| n.parse::<u64>().expect("a count"))
-    };
-    field("calls=") - field("failed_calls=")
 }
 
 /// One holder at a time, reentrant for the same `Locker`: a second holder is refused with

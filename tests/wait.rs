@@ -120,14 +120,19 @@ async fn acquire_and_renew_count_only_when_replicas_acknowledge() {
     assert!(linked.is_some(), "replica did not catch up");
     let mut term = granted(acquire(&a).await);
     replica.pause();
+    renew_unacknowledged(&a, &mut term).await;
+    replica.resume();
+}
+
+/// A renew while the replica is paused: an error naming `min_replicas_ack`, the term as it was.
+async fn renew_unacknowledged(a: &Backend, term: &mut Term) {
     let before = term.clone();
-    let err = timeout(BOUND, a.renew(&mut term, a.default_budget()))
+    let err = timeout(BOUND, a.renew(term, a.default_budget()))
         .await
         .expect("renew finishes")
         .expect_err("an unacknowledged renew");
     assert!(err.to_string().contains("min_replicas_ack"), "{err}");
-    assert_eq!(term, before, "the term is unchanged");
-    replica.resume();
+    assert_eq!(*term, before, "the term is unchanged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,6 +145,46 @@ async fn without_replicas_nothing_is_acknowledged() {
     assert!(err.to_string().contains("min_replicas_ack"), "{err}");
     let lock = spec(name, "x").keys().lock;
     assert_eq!(master.cmd(&["EXISTS", &lock]), "0");
+}
+
+/// The fenced lock (`Lease::for_lock`, its own key and commands) honours `min_replicas_ack`
+/// too: its grant and renew count once a replica acknowledged them, and an unacknowledged
+/// grant is undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locks_grant_and_renew_count_only_when_replicas_acknowledge() {
+    let (master, replica) = master_and_replica();
+    let name = "wait-lock";
+    seed_fence(&master, name);
+    let lock = spec(name, "x").keys().lock;
+    let a = client(&master, name, "a", 1).for_lock();
+    timeout(BOUND, a.observe(a.default_budget()))
+        .await
+        .expect("observe finishes")
+        .expect("connected");
+
+    let mut term = granted(acquire(&a).await);
+    assert_eq!(
+        replica.cmd(&["GET", &lock]),
+        term.token,
+        "the grant replicated"
+    );
+    let before = term.valid_until;
+    timeout(BOUND, a.renew(&mut term, a.default_budget()))
+        .await
+        .expect("renew finishes")
+        .expect("an acknowledged renew counts");
+    assert!(term.valid_until > before);
+    let mut held = term.clone();
+
+    replica.pause();
+    renew_unacknowledged(&a, &mut held).await;
+    let released = timeout(BOUND, a.release(&held, a.default_budget())).await;
+    assert_eq!(released.expect("release finishes"), Ok(true));
+
+    let err = acquire(&a).await.expect_err("an unacknowledged acquire");
+    assert!(err.to_string().contains("undone"), "{err}");
+    assert_eq!(master.cmd(&["EXISTS", &lock]), "0", "the grant was undone");
+    replica.resume();
 }
 
 #[test]

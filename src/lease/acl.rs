@@ -15,11 +15,11 @@ use crate::conn::{Endpoint, FailureKind, RedisFailure};
 /// Which of the lease scripts failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LeaseScript {
-    /// `lua/acquire.lua` (and a lock's `lua/lock_acquire.lua`).
+    /// `lua/acquire.lua`.
     Acquire,
     /// `lua/renew.lua`.
     Renew,
-    /// `lua/release.lua` (and a lock's `lua/lock_release.lua`).
+    /// `lua/release.lua`.
     Release,
     /// `lua/announce.lua`.
     Announce,

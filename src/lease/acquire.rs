@@ -11,12 +11,6 @@ use super::reply::{is_granted, not_replicated, parse_acquire, AcquireReply};
 use super::{unix_ms, Acquire, Lease, LeaseClient, LeaseError, Term};
 use crate::lease::acl::LeaseScript;
 
-/// How far past the server clock a lock's grant raises the fence counter, in microseconds
-/// (`lua/acquire.lua`): the counter is written about once per this much time instead of at
-/// every grant, and a lock's fences stay above a lost grant's across a failover that takes
-/// longer than this plus the servers' clock difference (README, "Library").
-const LOCK_FENCE_HEADROOM_US: u64 = 10_000;
-
 impl LeaseClient {
     /// One acquire attempt (see [`Lease::try_acquire`]) with a token the caller chose (it
     /// must be random, 128 bits or more, and new for every term): Redlock sends one token
@@ -31,17 +25,9 @@ impl LeaseClient {
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
         let wanted = self.endpoint.min_replicas_ack();
-        // A lock's own script first (README, "Library"); it defers to acquire.lua for a
-        // reservation and for a missing counter.
-        let mut lean = announce && self.lock && self.shard.is_none() && self.spec.address.is_none();
-        let (reply, acked) = loop {
-            let call = self.acquire_call(&token, sent_wall, announce, lean);
-            let (reply, acked) = self.acquire_once(call, timeout, sent).await?;
-            match parse_acquire(reply)? {
-                AcquireReply::Defer if lean => lean = false,
-                reply => break (reply, acked),
-            }
-        };
+        let call = self.acquire_call(&token, sent_wall, announce);
+        let (reply, acked) = self.acquire_once(call, timeout, sent).await?;
+        let reply = parse_acquire(reply)?;
         let acquired_at = SystemTime::now();
         match reply {
             AcquireReply::Granted(fence, pending) => {
@@ -67,46 +53,25 @@ impl LeaseClient {
                 Ok(Acquire::Acquired(term))
             }
             AcquireReply::Denied(seen) => Ok(Acquire::Denied(seen)),
-            AcquireReply::Defer => Err(LeaseError::Protocol(
-                "acquire.lua deferred to itself".into(),
-            )),
         }
     }
 
-    /// The acquire script's call: `lua/lock_acquire.lua` when `lean`, else `lua/acquire.lua`.
+    /// The call of `lua/acquire.lua`.
     fn acquire_call(
         &self,
         token: &str,
         sent_wall: SystemTime,
         announce: bool,
-        lean: bool,
     ) -> ScriptInvocation<'static> {
-        let script = if lean {
-            &self.scripts.lock_acquire
-        } else {
-            &self.scripts.acquire
-        };
-        let mut call = script.prepare_invoke();
+        let mut call = self.scripts.acquire.prepare_invoke();
         call.key(&self.keys.lock).key(&self.keys.fence);
-        if lean {
-            call.arg(&self.spec.holder)
-                .arg(token)
-                .arg(self.ttl_ms())
-                .arg(unix_ms(sent_wall))
-                .arg(LOCK_FENCE_HEADROOM_US);
-            return call;
-        }
         call.key(&self.keys.released)
             .arg(&self.spec.holder)
             .arg(token)
             .arg(self.ttl_ms())
             .arg(unix_ms(sent_wall))
             .arg(self.spec.address.as_deref().unwrap_or(""));
-        match (announce, self.lock) {
-            (false, _) => call.arg("0"),
-            (true, false) => call.arg("1"),
-            (true, true) => call.arg("lock").arg(LOCK_FENCE_HEADROOM_US),
-        };
+        call.arg(if announce { "1" } else { "0" });
         if let Some(shard) = &self.shard {
             call.key(&shard.quarantine).arg("").arg(shard.index);
         }

@@ -23,8 +23,9 @@ pub trait Lease: Send + Sync + 'static {
     fn default_budget(&self) -> Duration;
 
     /// The same lease, used as a lock ([`crate::Locker`] calls it): a lock has no followers,
-    /// so a backend may leave out what only an election needs (the `acquired` announcement,
-    /// the look for handover requests at each renew). Unchanged by default.
+    /// so a backend may leave out what only an election needs (a [`crate::LeaseClient`]
+    /// takes the lock's own key and commands: docs/protocol.md, "A lock's key"). Unchanged
+    /// by default.
     fn for_lock(self) -> Self
     where
         Self: Sized,

@@ -20,34 +20,42 @@ impl Lease for LeaseClient {
         self.spec.command_timeout
     }
 
+    /// The lock's own key and commands (docs/protocol.md, "A lock's key").
     fn for_lock(mut self) -> Self {
-        self.lock = true;
+        let fenced = super::LockKey::new(&self.spec, &self.keys, self.endpoint.clone(), true);
+        self.lock = Some(Box::new(fenced));
         self
     }
 
     async fn try_acquire(&self, budget: Duration) -> Result<Acquire, LeaseError> {
-        let announce = self.endpoint.min_replicas_ack() == 0;
-        let token = new_token();
-        let outcome = self
-            .try_acquire_with_token(token.clone(), budget, announce)
-            .await;
+        let (token, outcome) = match &self.lock {
+            Some(lock) => {
+                let value = lock.new_value();
+                (value.clone(), lock.try_acquire(value, budget).await)
+            }
+            None => {
+                let (token, announce) = (new_token(), self.endpoint.min_replicas_ack() == 0);
+                let outcome = self.try_acquire_with_token(token.clone(), budget, announce);
+                (token, outcome.await)
+            }
+        };
         // Sent, and perhaps run: no reply, or one that could not be read.
-        if matches!(
-            outcome,
-            Err(LeaseError::Unavailable(_) | LeaseError::Protocol(_))
-        ) {
+        if let Err(LeaseError::Unavailable(_) | LeaseError::Protocol(_)) = &outcome {
             self.stray(&token);
         }
         outcome
     }
 
     async fn renew(&self, term: &mut Term, budget: Duration) -> Result<(), LeaseError> {
+        if let Some(lock) = &self.lock {
+            return lock.renew(term, budget).await;
+        }
         let timeout = Some(budget);
         let sent = Instant::now();
         let sent_wall = SystemTime::now();
         let mut call = self.scripts.renew.prepare_invoke();
         call.key(&self.keys.lock);
-        if !self.lock && self.shard.is_none() {
+        if self.shard.is_none() {
             call.key(&self.keys.handover);
         }
         call.arg(&term.token).arg(self.ttl_ms());
@@ -89,36 +97,27 @@ impl Lease for LeaseClient {
         reservation: Option<Reservation<'_>>,
         budget: Duration,
     ) -> Result<bool, LeaseError> {
+        if let Some(lock) = &self.lock {
+            let released = lock.release(term, reservation, budget).await;
+            return released.inspect_err(|_| self.stray(&term.token));
+        }
         let timeout = Some(budget);
         let (successor, window) = reservation
             .map(|r| (r.successor, r.window.as_millis().max(1) as u64))
             .unwrap_or(("", 0));
-        let lean = self.lock && successor.is_empty() && self.shard.is_none();
-        let mut call = if lean {
-            self.scripts.lock_release.prepare_invoke()
-        } else {
-            self.scripts.release.prepare_invoke()
-        };
+        let mut call = self.scripts.release.prepare_invoke();
         call.key(&self.keys.lock).key(&self.keys.released);
-        if lean {
-            // A lock's own release (README, "Library"): the message is made here.
-            let holder = serde_json::to_string(&self.spec.holder).unwrap_or_default();
-            call.arg(&term.token).arg(format!(
-                r#"{{"event":"released","holder":{holder},"fence":"#
-            ));
-        } else {
-            call.key(&self.keys.fence);
-            if !successor.is_empty() {
-                // A key (same hash tag, for Cluster) though only published to.
-                call.key(self.keys.successor_channel(successor));
-            }
-            call.arg(&term.token)
-                .arg(&self.spec.holder)
-                .arg(successor)
-                .arg(window);
-            if let Some(shard) = self.shard_index() {
-                call.arg(shard);
-            }
+        call.key(&self.keys.fence);
+        if !successor.is_empty() {
+            // A key (same hash tag, for Cluster) though only published to.
+            call.key(self.keys.successor_channel(successor));
+        }
+        call.arg(&term.token)
+            .arg(&self.spec.holder)
+            .arg(successor)
+            .arg(window);
+        if let Some(shard) = self.shard_index() {
+            call.arg(shard);
         }
         let released: i64 = self
             .endpoint
@@ -165,6 +164,9 @@ impl Lease for LeaseClient {
     }
 
     async fn observe(&self, budget: Duration) -> Result<Observed, LeaseError> {
+        if let Some(lock) = &self.lock {
+            return lock.observe(budget).await;
+        }
         if let Some(shard) = self.shard_index() {
             let mut seen = self.observe_shards(std::iter::once(shard), budget).await?;
             return seen

@@ -32,8 +32,6 @@ pub(super) enum AcquireReply {
     /// still pending (the caller announces both).
     Granted(u64, bool),
     Denied(Observed),
-    /// `lua/lock_acquire.lua` leaves the decision to `lua/acquire.lua`.
-    Defer,
 }
 
 pub(super) fn parse_acquire(reply: redis::Value) -> Result<AcquireReply, LeaseError> {
@@ -56,7 +54,6 @@ pub(super) fn parse_acquire(reply: redis::Value) -> Result<AcquireReply, LeaseEr
             let pending = items.get(2).and_then(int) == Some(1);
             Ok(AcquireReply::Granted(fence as u64, pending))
         }
-        (Some(2), 1) => Ok(AcquireReply::Defer),
         (Some(0), 6) => {
             let fence = int(&items[2]).ok_or_else(|| bad(&reply))?;
             let ttl = int(&items[3]).ok_or_else(|| bad(&reply))?;

@@ -405,8 +405,16 @@ impl LeaseError {
 
 /// A new random term token: 128 bits as 32 hex digits.
 pub(crate) fn new_token() -> String {
+    let mut token = String::with_capacity(32);
+    push_token(&mut token);
+    token
+}
+
+/// Appends a new token ([`new_token`]) to `out`.
+pub(crate) fn push_token(out: &mut String) {
+    use std::fmt::Write;
     let bits: u128 = rand::rng().random();
-    format!("{bits:032x}")
+    let _ = write!(out, "{bits:032x}");
 }
 
 /// Milliseconds since the Unix epoch.

@@ -89,7 +89,9 @@ impl Watchdog {
                 slot.current = None;
             }
         }
-        let _ = self.renewing.lock().await;
+        if self.renewing.try_lock().is_err() {
+            let _ = self.renewing.lock().await;
+        }
     }
 
     /// Ends the task (the holder is gone).

@@ -1,4 +1,4 @@
-//! The native commands a plain lock ([`super::plain`]) sends where the server has them:
+//! The native commands a lock ([`super::lock_key`]) sends where the server has them:
 //! compare-and-set `SET key value IFEQ value PX ms` (Valkey 8.1, Redis 8.4) and
 //! compare-and-delete `DELIFEQ key value` (Valkey 9.0) or `DELEX key IFEQ value` (Redis 8.4).
 //! Each is tried once and remembered: a server that lacks it (an unknown command, or a
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::conn::RedisFailure;
 
-/// A native command of the plain lock.
+/// A native command of a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cmd {
     /// `SET key value IFEQ value PX ms`.
