@@ -6,10 +6,9 @@
 -- ARGV[4] the client's wall clock in ms (published as acquired_at_ms), ARGV[5] the address
 -- the holder advertises ('' for none), ARGV[6] '1' to announce the grant here, '0' when the
 -- caller confirms it later (WAIT, Redlock: lua/announce.lua); until then the lease is marked
--- unconfirmed and reported without a holder, so nobody names a leader whose term may be undone;
--- 'lock' for a lock's grant (README, "Library"): confirmed, and announced to nobody (a lock has
--- no followers). ARGV[7] (a lock's only) the fence headroom in microseconds, see below.
--- ARGV[8] (a shard's only) the shard, named in the announcement.
+-- unconfirmed and reported without a holder, so nobody names a leader whose term may be undone.
+-- ARGV[7] (a shard's only) the shard, named in the announcement. (A library lock has its own
+-- key and lua/lock_acquire.lua.)
 -- Returns {1, fence} when granted ({1, fence, 1} when it took a reserved release that is
 -- not announced yet: the caller announces both with lua/announce.lua), {0, holder, fence,
 -- pttl_ms, address, reserved_for} when held (holder '' while quarantined, reserved or
@@ -21,7 +20,7 @@
 -- is also at least the server clock in microseconds.
 -- A shard's quarantine is the election's: the placeholder is the quarantine key, which every
 -- shard's acquire reads first, so no shard is granted until it expires.
-local shard = ARGV[8] and (',"shard":' .. ARGV[8]) or ''
+local shard = ARGV[7] and (',"shard":' .. ARGV[7]) or ''
 if KEYS[4] then
   local q = redis.call('PTTL', KEYS[4])
   if q ~= -2 then
@@ -57,12 +56,9 @@ if fence == 1 then
 end
 -- A fence never falls behind the server clock either: a failover to a replica that missed
 -- the last grants (asynchronous replication) would otherwise hand out a fence again. The
--- counter always holds the last fence granted. A lock raises it ARGV[7] microseconds past the
--- clock, so that the grants of the next ARGV[7] microseconds only INCR it (a lock may be taken
--- thousands of times a second); its fences then stay above a lost grant's when the failover
--- took longer than that headroom plus the servers' clock difference.
+-- counter always holds the last fence granted.
 if now_us > fence then
-  fence = now_us + (tonumber(ARGV[7]) or 0)
+  fence = now_us
   redis.call('SET', KEYS[2], string.format('%.0f', fence))
 end
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', ARGV[2],

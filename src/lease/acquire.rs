@@ -73,7 +73,7 @@ impl LeaseClient {
             .arg(self.spec.address.as_deref().unwrap_or(""));
         call.arg(if announce { "1" } else { "0" });
         if let Some(shard) = &self.shard {
-            call.key(&shard.quarantine).arg("").arg(shard.index);
+            call.key(&shard.quarantine).arg(shard.index);
         }
         call
     }
