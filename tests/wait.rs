@@ -42,6 +42,14 @@ fn master_and_replica() -> (RedisServer, RedisServer) {
     (master, replica)
 }
 
+/// `c` connected: connecting counts against an acquire's budget, which WAIT gets the rest of.
+async fn connected(c: &Backend) {
+    timeout(BOUND, c.observe(c.default_budget()))
+        .await
+        .expect("observe finishes")
+        .expect("connected");
+}
+
 async fn acquire(c: &Backend) -> Result<Acquire, LeaseError> {
     timeout(BOUND, c.try_acquire(c.default_budget()))
         .await
@@ -62,12 +70,7 @@ async fn acquire_and_renew_count_only_when_replicas_acknowledge() {
     seed_fence(&master, name);
     let lock = spec(name, "x").keys().lock;
     let a = client(&master, name, "a", 1);
-    // Connected first: connecting counts against the acquire's budget, which WAIT gets the
-    // rest of.
-    timeout(BOUND, a.observe(a.default_budget()))
-        .await
-        .expect("observe finishes")
-        .expect("connected");
+    connected(&a).await;
 
     // Replication running: the acquire is acknowledged and the lease is on the replica too.
     let mut term = granted(acquire(&a).await);
@@ -157,10 +160,7 @@ async fn a_locks_grant_and_renew_count_only_when_replicas_acknowledge() {
     seed_fence(&master, name);
     let lock = spec(name, "x").keys().lock;
     let a = client(&master, name, "a", 1).for_lock();
-    timeout(BOUND, a.observe(a.default_budget()))
-        .await
-        .expect("observe finishes")
-        .expect("connected");
+    connected(&a).await;
 
     let mut term = granted(acquire(&a).await);
     assert_eq!(
