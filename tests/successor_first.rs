@@ -94,11 +94,25 @@ async fn hand_over<L: Lease>(a: &L, b: &L, subs: &mut [RespConn]) -> Handed {
     }
     watch.mark_seen();
     let reservation = Reservation::new("b", WINDOW);
+    // On Redlock (one subscriber per node) the first node to tell b may be ahead of the
+    // others, and a's term still held on a majority: b tries again on the next node's
+    // message, as the elector does, once per node at most.
+    let tries = subs.len();
     let (released, (heard, acquired)) = tokio::join!(
         a.release_to(&term, Some(reservation), a.default_budget()),
         async {
             let heard = timeout(BOUND, watch.changed()).await.expect("b hears");
-            (heard, b.try_acquire(b.default_budget()).await)
+            let mut acquired = b.try_acquire(b.default_budget()).await;
+            for _ in 1..tries {
+                if !matches!(acquired, Ok(Acquire::Denied(_))) {
+                    break;
+                }
+                timeout(BOUND, watch.changed())
+                    .await
+                    .expect("b hears again");
+                acquired = b.try_acquire(b.default_budget()).await;
+            }
+            (heard, acquired)
         }
     );
     assert!(released.expect("released"), "a's term was released");
@@ -241,20 +255,28 @@ async fn on_redlock_every_node_tells_the_successor_first_then_announces_in_order
     let fence = granted(acquired).fence;
     assert!(fence > term.fence);
     // b acts on the first node that tells it, so on a node whose release is still on its
-    // way b's acquire is denied: b's term is announced on the nodes that granted it, a
-    // majority, each after that node's one release.
-    let mut announced = 0;
+    // way b's acquire is denied there, and an attempt without a majority is undone (with
+    // the release it took over; a then announces that release itself, unless b's next
+    // attempt took the node first). So each node hears a's release, b's term, or both in
+    // that order, each once; and each of the two on a majority.
+    let release = ("released".to_string(), "a".to_string());
+    let term_of_b = ("acquired".to_string(), "b".to_string());
+    let (mut released, mut announced) = (0, 0);
     for (i, sub) in subs.iter_mut().enumerate() {
-        let seen = messages(sub, Duration::from_millis(300));
-        let seen = events(&seen);
-        let release = ("released".to_string(), "a".to_string());
-        let term_of_b = ("acquired".to_string(), "b".to_string());
-        assert!(
-            seen == [release.clone()] || seen == [release, term_of_b],
-            "node {i}: {seen:?}"
-        );
-        announced += usize::from(seen.len() == 2);
+        let seen = events(&messages(sub, Duration::from_millis(300)));
+        let allowed = [
+            vec![release.clone()],
+            vec![release.clone(), term_of_b.clone()],
+            vec![term_of_b.clone()],
+        ];
+        assert!(allowed.contains(&seen), "node {i}: {seen:?}");
+        released += usize::from(seen.contains(&release));
+        announced += usize::from(seen.contains(&term_of_b));
     }
+    assert!(
+        released >= 2,
+        "a's release heard on a majority: {released} of 3"
+    );
     assert!(
         announced >= 2,
         "b's term announced on a majority: {announced} of 3"
