@@ -272,18 +272,24 @@ fn the_timeline_draws_terms_and_faults() {
     assert!(svg.trim_end().ends_with("</svg>"));
 }
 
-#[test]
-fn child_lines_outside_their_term_are_violations() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Settings {
+/// The settings of an exec-mode run with `shards` that writes into `dir` (for the checker
+/// tests: no run takes place).
+fn exec_settings(dir: &tempfile::TempDir, shards: u32) -> Settings {
+    Settings {
         label: "t",
         seconds: 0,
         min_transitions: 0,
         seed: 0,
         exec: true,
-        shards: 0,
+        shards,
         out: dir.path().to_path_buf(),
-    };
+    }
+}
+
+#[test]
+fn child_lines_outside_their_term_are_violations() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = exec_settings(&dir, 0);
     let terms = vec![
         Term {
             replica: "r0".into(),
@@ -333,15 +339,7 @@ fn child_lines_outside_their_term_are_violations() {
 #[test]
 fn shard_children_are_checked_against_their_own_shards_terms() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Settings {
-        label: "t",
-        seconds: 0,
-        min_transitions: 0,
-        seed: 0,
-        exec: true,
-        shards: 2,
-        out: dir.path().to_path_buf(),
-    };
+    let s = exec_settings(&dir, 2);
     let term = |replica: &str, shard, fence, acquired_at_ms, last_valid_until_ms| Term {
         replica: replica.into(),
         shard: Some(shard),
