@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::logs::assert_identity_conflict;
 use support::metrics::metric;
 use support::{keys, wait_until, Daemon, DaemonOpts, RedisServer, RespConn};
 
@@ -245,16 +246,6 @@ fn two_processes_with_one_identity_both_warn_and_set_the_gauge() {
         assert!(before.is_some(), "the gauge exists from the start: {text}");
     }
     for d in &ds {
-        let warned = wait_until(BOUND, POLL, || {
-            d.events_named("identity_conflict").first().cloned()
-        })
-        .expect("an identity_conflict line on each process");
-        assert_eq!(warned["level"], "WARN", "{warned}");
-        let (_, text) = d.get("/metrics");
-        assert_eq!(
-            metric(&text, "leaderd_identity_conflict", &[]),
-            Some(1.0),
-            "{text}"
-        );
+        assert_identity_conflict(d, BOUND);
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use leaderd::shard::Assignment;
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::logs::wait_event;
+use support::logs::{assert_identity_conflict, wait_event};
 use support::metrics::metric;
 use support::safety::{check_logs_with, Fences};
 use support::shards::{owned_in_doc, owners, shard_rows as shards, wait_assigned};
@@ -654,17 +654,7 @@ fn two_sharded_processes_with_one_identity_both_warn_and_set_the_gauge() {
     let redis = RedisServer::start();
     let twins = [replica(&redis, "twin"), replica(&redis, "twin")];
     for d in &twins {
-        let warned = wait_until(SETTLE, Duration::from_millis(50), || {
-            d.events_named("identity_conflict").first().cloned()
-        })
-        .unwrap_or_else(|| panic!("no identity_conflict:\n{}", d.log()));
-        assert_eq!(warned["level"], "WARN", "{warned}");
-        let (_, text) = d.get("/metrics");
-        assert_eq!(
-            metric(&text, "leaderd_identity_conflict", &[]),
-            Some(1.0),
-            "{text}"
-        );
+        assert_identity_conflict(d, SETTLE);
     }
 }
 

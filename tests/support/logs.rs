@@ -154,3 +154,19 @@ pub fn fences_increase(terms: &[Term]) -> Vec<u64> {
     );
     fences
 }
+
+/// `d` logs `identity_conflict` at WARN within `within` and sets `leaderd_identity_conflict`
+/// to 1 (two live processes with one identity).
+pub fn assert_identity_conflict(d: &Daemon, within: Duration) {
+    let warned = wait_until(within, POLL, || {
+        d.events_named("identity_conflict").first().cloned()
+    })
+    .unwrap_or_else(|| panic!("no identity_conflict line:\n{}", d.log()));
+    assert_eq!(warned["level"], "WARN", "{warned}");
+    let (_, text) = d.get("/metrics");
+    assert_eq!(
+        super::metrics::metric(&text, "leaderd_identity_conflict", &[]),
+        Some(1.0),
+        "{text}"
+    );
+}
