@@ -98,6 +98,9 @@ struct Sample {
     redis_cpu: f64,
     client_cpu: f64,
     commands: std::collections::BTreeMap<String, u64>,
+    /// Microseconds of execution by command name (`INFO commandstats`; a script's calls are
+    /// also in the script's own time).
+    usec: std::collections::BTreeMap<String, u64>,
     /// Execution time of the commands the client sent (scripts with their calls), in s.
     exec_secs: f64,
 }
@@ -370,17 +373,21 @@ fn report(opts: &LockOpts, server: &str, results: &Results) -> (Table, Vec<serde
     ));
     table.note("Redis CPU = `used_cpu_sys + used_cpu_user` of `INFO cpu` over the run / pairs (network, event loop and idle wake-ups included); executing = `usec` of `INFO commandstats` for the commands the client sent (a script with its calls) / pairs; client CPU = the benchmark process's CPU / pairs; commands = every `INFO commandstats` call (a script's `redis.call`s count too) / pairs.");
     table.note("One `redis` multiplexed connection shared by all tasks (leaderd: leases made with `LeaseClient::for_lease` share one; rslock: one `LockManager`).");
-    for imp in [Impl::Lease, Impl::Plain] {
+    for imp in [Impl::Rslock, Impl::Lease, Impl::Plain] {
         let found = results
             .iter()
             .find(|(r, t, i, _)| *r == Runtime::Current && *t == 16 && *i == imp);
         if let Some(last) = found.and_then(|(_, _, _, s)| s.last()) {
             table.note(format!(
-                "`{}` commands per pair: {}.",
+                "`{}` commands per pair (us of Redis execution per pair): {}.",
                 imp.key(),
                 last.commands
                     .iter()
-                    .map(|(k, v)| format!("{k} {:.2}", *v as f64 / last.pairs as f64))
+                    .map(|(k, v)| {
+                        let per_pair = |n: u64| n as f64 / last.pairs as f64;
+                        let us = per_pair(last.usec.get(k).copied().unwrap_or(0));
+                        format!("{k} {:.2} ({us:.2})", per_pair(*v))
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
@@ -565,6 +572,7 @@ fn measure(redis: &RedisServer, runtime: Runtime, imp: Impl, tasks: usize, secon
             redis_cpu: cpu1 - cpu0,
             client_cpu: (client1 - client0).as_secs_f64(),
             commands: calls_delta(&calls0, &calls1),
+            usec: calls_delta(&usec0, &usec1),
             exec_secs: exec_us as f64 / 1e6,
         }
     })
