@@ -6,7 +6,8 @@
 -- hash tag.
 -- ARGV[1] identity ('' only reads), ARGV[2] the entry as JSON without seen_at_ms ('' removes
 -- it), ARGV[3] lease duration in ms (an entry not refreshed for that long is gone), ARGV[4]
--- this process's instance id, ARGV[5] the version the caller last read ('' none).
+-- this process's instance id, ARGV[5] the version the caller last read ('' none), ARGV[6]
+-- the reader's identity (a read lists its entry as a write lists the caller's).
 -- A writer stamps seen_at_ms and its instance, and healthy_since_ms: kept from its previous
 -- entry (same instance) while it stays healthy, the server clock when it turns healthy,
 -- absent while unhealthy. A live entry of its identity from another instance is a conflict;
@@ -19,9 +20,9 @@
 -- Returns {now_ms, pttl_ms, holder, fence, reserved_for, confirmed, address, version,
 -- refused, conflict, mode, identity, entry, ...}: the lease as acquire.lua reports it (pttl
 -- -2: no lease, -3: unknown, a field longer than 256 bytes); then mode 'full' and the live
--- entries (at most MAX_LIVE, the holder's and the caller's besides), or 'changes' (the
--- caller's version was current before this call) and what this call changed, entry ''
--- when removed, with the caller's own entry.
+-- entries (at most MAX_LIVE, the holder's and the caller's or reader's besides), or
+-- 'changes' (the caller's version was current before this call) and what this call
+-- changed, entry '' when removed, with the caller's own entry.
 local MAX_ENTRY = 1024
 local MAX_LIVE = 1000
 local SWEEP = 8
@@ -32,6 +33,8 @@ local ttl = tonumber(ARGV[3])
 local me, instance = ARGV[1], ARGV[4]
 local H, Z, M = KEYS[1], KEYS[3], KEYS[4]
 local writing = me ~= ''
+local reader = me
+if not writing then reader = ARGV[6] or '' end
 
 local version = redis.call('HGET', M, 'version') or ''
 if #version > 20 or not string.match(version, '^%d+$') then version = '' end
@@ -202,7 +205,7 @@ out[#out + 1] = 'full'
 local ids = redis.call('ZRANGEBYSCORE', Z, '(' .. (now - ttl), now, 'LIMIT', 0, MAX_LIVE)
 local listed = {}
 for _, id in ipairs(ids) do listed[id] = true end
-for _, id in ipairs({me, string.sub(lease[1] or '', 1, 256)}) do
+for _, id in ipairs({reader, string.sub(lease[1] or '', 1, 256)}) do
   if id ~= '' and not listed[id] then
     listed[id] = true
     ids[#ids + 1] = id

@@ -157,6 +157,8 @@ impl LeaseClient {
 
     /// A client for another lease over this client's connection (and its timeouts): many
     /// leases, e.g. a [`crate::lock::Locker`] per resource, on one multiplexed connection.
+    /// Its listeners are its own; the messages they drop count in this client's
+    /// [`Lease::messages_dropped`] too (a sharded election's elector listens on such a twin).
     pub fn for_lease(&self, spec: LeaseSpec) -> LeaseClient {
         LeaseClient {
             keys: spec.keys(),
@@ -166,7 +168,7 @@ impl LeaseClient {
             control_poke: std::sync::Arc::new(tokio::sync::watch::channel(0).0),
             strays: Default::default(),
             lock: None,
-            dropped: Default::default(),
+            dropped: self.dropped.clone(),
             registry: Default::default(),
             shard: None,
         }

@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::logs::assert_identity_conflict;
 use support::metrics::metric;
-use support::{keys, wait_until, Daemon, DaemonOpts, RedisServer, RespConn};
+use support::{keys, seed_fence, wait_until, Daemon, DaemonOpts, RedisServer, RespConn};
 
 const BOUND: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(50);
@@ -248,4 +248,61 @@ fn two_processes_with_one_identity_both_warn_and_set_the_gauge() {
     for d in &ds {
         assert_identity_conflict(d, BOUND);
     }
+}
+
+/// 1,500 live entries seen before the replicas' last heartbeats (a full read returns 1,000,
+/// oldest first): `GET /candidates` and `status` on the follower still list the leader and
+/// the follower itself.
+#[test]
+fn a_read_past_1000_candidates_lists_the_leader_and_the_reader() {
+    let redis = RedisServer::start();
+    let name = "crowded";
+    seed_fence(&redis, name);
+    // A heartbeat every 10 s, so the entries below stay live for 15 s.
+    let slow = |identity: &str| {
+        let mut o = DaemonOpts::new(name, identity, &redis.url());
+        o.lease = "30s".into();
+        o.renew_deadline = "20s".into();
+        o.retry = "2s".into();
+        o
+    };
+    let a = Daemon::spawn(&slow("a"));
+    wait_until(BOUND, POLL, || {
+        (a.status_doc()?["is_leader"] == true).then_some(())
+    })
+    .expect("a leads");
+    let b = Daemon::spawn(&slow("b"));
+    wait_until(BOUND, POLL, || {
+        b.listed().filter(|(_, ids)| ids == &["a", "b"])
+    })
+    .expect("a and b listed");
+    let seen = redis_ms(&redis) - 15_000;
+    let ids: Vec<String> = (0..1500).map(|i| format!("c{i:04}")).collect();
+    let hash: Vec<(String, String)> = ids.iter().map(|id| (id.clone(), entry(0, seen))).collect();
+    let index: Vec<(String, String)> = ids
+        .iter()
+        .map(|id| (seen.to_string(), id.clone()))
+        .collect();
+    batched(&redis, "HSET", &keys(name).candidates, &hash);
+    batched(&redis, "ZADD", &keys(name).candidates_index, &index);
+
+    let (code, body) = b.get("/candidates");
+    assert_eq!(code, 200, "{body}");
+    let listed: Vec<Value> = serde_json::from_str(&body).expect("a JSON array");
+    let shown: Vec<&str> = listed
+        .iter()
+        .filter_map(|c| c["identity"].as_str())
+        .collect();
+    assert!(shown.len() > 1000, "{} listed", shown.len());
+    assert_eq!(shown[0], "a", "the leader first");
+    assert!(shown.contains(&"b"), "GET /candidates on b lists b");
+    let (_, ids) = b.listed().expect("status --json");
+    assert!(
+        ids.iter().any(|id| id == "b"),
+        "status with b's config lists b"
+    );
+    assert!(
+        redis_ms(&redis) < seen + 30_000,
+        "read while the entries were live"
+    );
 }

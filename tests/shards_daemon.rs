@@ -658,6 +658,42 @@ fn two_sharded_processes_with_one_identity_both_warn_and_set_the_gauge() {
     }
 }
 
+/// Messages out of bounds on the election's channel (over 1 KiB, a 300-byte holder, a fence
+/// that is not an integer) are dropped and counted in a sharded election too, each once.
+#[test]
+fn a_sharded_replica_counts_the_messages_it_drops() {
+    let redis = RedisServer::start();
+    let d = replica(&redis, "r1");
+    settle_to(&d, &["r1"]);
+    let channel = support::keys(NAME).released;
+    let acquired = |holder: &str, fence: &str| {
+        format!(r#"{{"event":"acquired","holder":"{holder}","fence":{fence},"shard":0}}"#)
+    };
+    let bad = [
+        acquired(&"e".repeat(2048), "7"),
+        acquired(&"e".repeat(300), "7"),
+        acquired("evil", "1.5"),
+    ];
+    for m in &bad {
+        assert_eq!(
+            redis.cmd(&["PUBLISH", &channel, m]),
+            "1",
+            "r1 is subscribed"
+        );
+    }
+    let series = "leaderd_messages_dropped_total";
+    let counted = wait_until(SETTLE, Duration::from_millis(50), || {
+        let n = metric(&d.get("/metrics").1, series, &[("name", NAME)])?;
+        (n >= bad.len() as f64).then_some(n)
+    });
+    assert_eq!(
+        counted,
+        Some(bad.len() as f64),
+        "each dropped message counted once"
+    );
+    settle_to(&d, &["r1"]);
+}
+
 #[test]
 fn a_sharded_replica_says_when_redis_answers_again() {
     let redis = RedisServer::start();

@@ -51,7 +51,8 @@ impl LeaseClient {
             .arg(entry)
             .arg(self.ttl_ms())
             .arg(self.registry.instance())
-            .arg(&since);
+            .arg(&since)
+            .arg(&self.spec.holder); // a read lists the reader's own entry too
         let sent = Instant::now();
         let reply: Vec<redis::Value> = self
             .endpoint

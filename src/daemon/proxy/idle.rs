@@ -1,6 +1,6 @@
 //! When a proxied connection is over although neither side closed it: no bytes either way for
-//! `proxy.idle_timeout`, or one side closed and the other had [`HALF_CLOSE_LIMIT`] (or the
-//! idle timeout, if shorter) to finish (README "Sending traffic to the leader").
+//! `proxy.idle_timeout`, or one side closed and the other had [`HALF_CLOSE_LIMIT`] to finish
+//! (docs/work.md, "Sending traffic to the leader").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -55,9 +55,9 @@ impl Activity {
     }
 
     /// Resolves when the connection must close: `idle` (None: never) without bytes either
-    /// way, or [`half_close_limit`] after the first half-close.
+    /// way, or [`HALF_CLOSE_LIMIT`] after the first half-close, bytes passing or not.
     pub(crate) async fn expired(&self, idle: Option<Duration>) {
-        let limit = half_close_limit(idle).as_millis() as u64;
+        let limit = HALF_CLOSE_LIMIT.as_millis() as u64;
         let idle = idle.map(|d| d.as_millis() as u64);
         loop {
             let half = self.half_closed_ms.load(Ordering::Relaxed);
@@ -83,25 +83,12 @@ impl Activity {
     }
 }
 
-/// The time the other side has after a half-close: [`HALF_CLOSE_LIMIT`], or the idle timeout
-/// when that is shorter.
-pub(crate) fn half_close_limit(idle: Option<Duration>) -> Duration {
-    idle.map_or(HALF_CLOSE_LIMIT, |idle| idle.min(HALF_CLOSE_LIMIT))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_half_close_limit_is_the_shorter_of_60s_and_the_idle_timeout() {
-        assert_eq!(half_close_limit(None), HALF_CLOSE_LIMIT);
-        let hour = Some(Duration::from_secs(3600));
-        assert_eq!(half_close_limit(hour), HALF_CLOSE_LIMIT);
-        let one = Duration::from_secs(1);
-        assert_eq!(half_close_limit(Some(one)), one);
-    }
-
+    /// A half-close at 5 s with bytes every second after it: the idle timeout (10 s) never
+    /// passes, the half-close limit does, at 65 s.
     #[tokio::test(start_paused = true)]
     async fn moving_bytes_postpones_the_idle_end_but_not_the_half_close_one() {
         let a = Activity::new();
@@ -112,7 +99,7 @@ mod tests {
             start.elapsed()
         };
         let traffic = async {
-            for _ in 0..30 {
+            for _ in 0..120 {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 a.moved();
                 if start.elapsed() >= Duration::from_secs(5) {
@@ -122,6 +109,16 @@ mod tests {
             std::future::pending::<Duration>().await
         };
         let elapsed = tokio::select! { e = ended => e, e = traffic => e };
-        assert_eq!(elapsed.as_secs(), 15, "{elapsed:?}");
+        assert_eq!(elapsed.as_secs(), 65, "{elapsed:?}");
+    }
+
+    /// Without bytes after the half-close, the idle timeout ends it first.
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_half_closed_connection_ends_at_the_idle_timeout() {
+        let a = Activity::new();
+        let start = Instant::now();
+        a.half_closed();
+        a.expired(Some(Duration::from_secs(10))).await;
+        assert_eq!(start.elapsed().as_secs(), 10);
     }
 }
