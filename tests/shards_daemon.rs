@@ -298,6 +298,21 @@ fn proxy_is_refused_with_shards() {
     );
 }
 
+/// The value of `metric{name=NAME, label=value}` on `d`'s `/metrics`.
+fn counted(d: &Daemon, metric_name: &str, label: &str, value: &str) -> f64 {
+    let text = d.get("/metrics").1;
+    metric(&text, metric_name, &[("name", NAME), (label, value)]).unwrap_or(f64::NAN)
+}
+
+/// `leaderd_leader_transitions_total` of `d`, summed over `began`.
+fn transitions(d: &Daemon) -> f64 {
+    let series = support::metrics::parse_metrics(&d.get("/metrics").1);
+    let terms = series
+        .into_iter()
+        .filter(|(m, _, _)| m == "leaderd_leader_transitions_total");
+    terms.map(|(_, _, v)| v).sum()
+}
+
 #[test]
 fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
     let redis = RedisServer::start();
@@ -305,12 +320,35 @@ fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
     settle_to(&r[0], &["r1", "r2"]);
     let mine = owned_in_doc(&r[0]);
     assert!(!mine.is_empty());
+    let handovers =
+        |d: &Daemon| counted(d, "leaderd_leader_transitions_total", "began", "handover");
+    let before = handovers(&r[1]);
     r[0].signal(Signal::SIGUSR1);
     moved(&r[1], &mine, &["r2"], Duration::from_secs(1));
     assert!(owned_in_doc(&r[0]).is_empty());
     let yields = r[0].events_named("stepped_down");
     let reasons: Vec<_> = yields.iter().map(|e| e["reason"].as_str()).collect();
     assert_eq!(reasons, vec![Some("yield"); mine.len()]);
+    // The per-term counters count shard terms: r1's step-downs, r2's terms begun by handover
+    // (a reply's handling after Redis shows the move), and every term logged.
+    let n = mine.len() as f64;
+    let yielded = counted(&r[0], "leaderd_step_downs_total", "reason", "yield");
+    assert_eq!(yielded, n);
+    let took = || handovers(&r[1]) - before;
+    let step = Duration::from_millis(20);
+    wait_until(Duration::from_secs(2), step, || (took() == n).then_some(()));
+    assert_eq!(took(), n, "r2's terms begun by handover");
+    for d in &r {
+        let logged = || d.events_named("acquired").len() as f64;
+        let agree = || (transitions(d) == logged()).then_some(());
+        let agreed = wait_until(Duration::from_secs(2), step, agree);
+        let (began, logged) = (transitions(d), logged());
+        assert!(
+            agreed.is_some(),
+            "{}: {began} terms counted, {logged} logged",
+            d.identity()
+        );
+    }
     // Still sitting out well within one lease (2 s), back with its share after it.
     std::thread::sleep(Duration::from_millis(1200));
     assert!(

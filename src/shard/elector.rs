@@ -17,7 +17,7 @@ use super::events::NoEvents;
 use super::members::Members;
 use super::vacancy::{Vacancies, Verdict, Without};
 use super::{Assignment, ShardEvents, ShardLeases, ShardRenewal, ShardStepDown, ShardTerm};
-use crate::election::{handover_window, Timing};
+use crate::election::{handover_window, Began, Timing};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, LeaseClient};
 use crate::lease::{LeaseError, Reservation};
 
@@ -582,27 +582,32 @@ impl<C: ShardLeases> ShardElector<C> {
         answered.filter_map(|(s, r)| Some((*s, r.ok()?))).collect()
     }
 
-    /// Holds each shard granted in `replies`; returns them.
-    fn took(&mut self, replies: Vec<(u32, Acquire)>) -> Vec<u32> {
+    /// Holds each shard granted in `replies`; returns them, each with how its term began.
+    fn took(&mut self, replies: Vec<(u32, Acquire)>) -> Vec<(u32, Began)> {
         let mut taken = Vec::new();
         for (shard, reply) in replies {
             if let Acquire::Acquired(term) = reply {
-                self.vacancies.taken(shard);
+                let how = self.vacancies.taken(shard);
                 self.held.push(ShardTerm { shard, term });
-                taken.push(shard);
+                taken.push((shard, how));
             }
         }
         taken
     }
 
     /// Publishes the shards of `fresh` (just taken) and tells of each term begun.
-    fn began(&self, fresh: &[u32]) {
+    fn began(&self, fresh: &[(u32, Began)]) {
         if fresh.is_empty() {
             return;
         }
         self.publish();
-        for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
-            self.events.acquired(&self.owned_of(held));
+        for (shard, how) in fresh {
+            let Some(held) = self.held.iter().find(|h| h.shard == *shard) else {
+                continue;
+            };
+            let owned = self.owned_of(held);
+            self.events.began(&owned, *how);
+            self.events.acquired(&owned);
         }
     }
 

@@ -5,6 +5,7 @@
 use futures::future::BoxFuture;
 
 use super::OwnedShard;
+use crate::election::Began;
 use crate::lease::{LeaseError, Registration};
 
 /// Why a shard's term ended (the `reason` of `stepped_down`).
@@ -60,6 +61,9 @@ pub trait ShardEvents: Send + Sync + 'static {
     /// What a heartbeat found about this replica's own registry entry (another live process
     /// registering its identity, a full registry).
     fn registered(&self, _registration: Registration) {}
+    /// A shard's term is beginning, and how the shard had become free, as with one lease
+    /// (told just before `acquired`).
+    fn began(&self, _owned: &OwnedShard, _how: Began) {}
     /// A shard's term began.
     fn acquired(&self, _owned: &OwnedShard) {}
     /// A shard's validity moved forward.

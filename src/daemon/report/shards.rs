@@ -11,6 +11,7 @@ use super::{now_ms, Own, Reporter};
 use crate::daemon::exec::ShardWork;
 use crate::daemon::hooks::HookEvent;
 use crate::daemon::state::{Phase, ShardsView};
+use crate::election::Began;
 use crate::lease::{unix_ms, LeaseError, Registration};
 use crate::shard::{OwnedShard, ShardEvents, ShardStepDown};
 
@@ -106,6 +107,11 @@ impl ShardEvents for ShardReporter {
         let r = &self.reporter;
         let mut own = self.own.lock().expect("shard reporter");
         own.found(registration, &r.identity, &r.metrics);
+    }
+
+    /// Counted as a term (README, "Shards": the per-term counters count shard terms).
+    fn began(&self, _o: &OwnedShard, how: Began) {
+        self.reporter.metrics.transition(how);
     }
 
     fn acquired(&self, o: &OwnedShard) {
