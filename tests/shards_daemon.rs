@@ -360,6 +360,60 @@ fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
     check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
 }
 
+/// A replica of `NAME` with 16 shards and at most 2 of them.
+fn bounded_replica(redis: &RedisServer, id: &str) -> Daemon {
+    let mut opts = DaemonOpts::new(NAME, id, &redis.url());
+    opts.extra_yaml = format!("election:\n  shards: {SHARDS}\n  max_shards_per_replica: 2\n");
+    Daemon::spawn(&opts)
+}
+
+/// Waits until every shard, as `d` reads them, is owned by its target among `members` with
+/// at most 2 shards each, and those without a target are vacant.
+fn settle_bounded(d: &Daemon, members: &[&str]) {
+    let expected = Assignment::compute(NAME, SHARDS, members, 2);
+    let row = |s: u32| {
+        let target = expected.target(s).map(str::to_owned);
+        (u64::from(s), target.clone(), target)
+    };
+    let want: Vec<_> = (0..SHARDS).map(row).collect();
+    let settled = wait_until(SETTLE, Duration::from_millis(50), || {
+        (shards(d)? == want).then_some(())
+    });
+    assert!(
+        settled.is_some(),
+        "not settled to the assignment of {members:?} (at most 2 each): {:?}",
+        shards(d)
+    );
+}
+
+/// With `max_shards_per_replica: 2`, 16 shards and three replicas, the last to join takes
+/// its own share (not shards nobody is assigned, vacant all along, which would leave no room
+/// for its share): the shards owned are the assigned ones, and `status` exits 3.
+#[test]
+fn with_a_bound_the_shards_owned_settle_to_the_assigned_ones() {
+    let redis = RedisServer::start();
+    let mut r = vec![bounded_replica(&redis, "r1"), bounded_replica(&redis, "r3")];
+    settle_bounded(&r[0], &["r1", "r3"]);
+    r.push(bounded_replica(&redis, "r2"));
+    settle_bounded(&r[0], &["r1", "r2", "r3"]);
+    let out = r[0].cli(&["status"]);
+    assert_eq!(out.code, Some(3), "{out:?}");
+    let first = format!("{NAME}: 16 shards, 3 owners, 10 unowned\n");
+    assert!(out.stdout.starts_with(&first), "{out:?}");
+    // A leaver: the others' shares change; each gives up what is no longer assigned.
+    r[0].signal(Signal::SIGTERM);
+    assert_eq!(r[0].wait_exit(Duration::from_secs(10)), Some(0));
+    settle_bounded(&r[1], &["r2", "r3"]);
+    for d in &r[1..] {
+        d.signal(Signal::SIGTERM);
+    }
+    for d in &mut r[1..] {
+        assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    }
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+}
+
 #[test]
 fn exec_runs_one_child_per_owned_shard_with_its_shard_and_fence() {
     let redis = RedisServer::start();

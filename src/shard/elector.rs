@@ -450,13 +450,14 @@ impl<C: ShardLeases> ShardElector<C> {
         self.held
             .retain(|h| !moving.iter().any(|(m, _)| m.shard == h.shard));
         self.publish();
-        let moving: Vec<_> = moving.into_iter().map(|(h, t)| (h, Some(t))).collect();
         self.end_and_release(&moving, ShardStepDown::Rebalance)
             .await;
     }
 
-    /// The held shards whose target is another member, settled for a heartbeat period.
-    fn moving(&self) -> Vec<(ShardTerm, String)> {
+    /// The held shards whose target is another member, settled for a heartbeat period, each
+    /// with it; and those no member is assigned that this replica gives up (released, not
+    /// reserved) to make room under `max_shards_per_replica` for its own targets.
+    fn moving(&self) -> Vec<(ShardTerm, Option<String>)> {
         let settle = self.policy.lease_duration / 3;
         let me = self.me();
         let target = |h: &ShardTerm| {
@@ -466,8 +467,23 @@ impl<C: ShardLeases> ShardElector<C> {
         let moving = self
             .held
             .iter()
-            .filter_map(|h| Some((h.clone(), target(h)?)));
-        moving.collect()
+            .filter_map(|h| Some((h.clone(), Some(target(h)?))));
+        let max = self.policy.max_shards_per_replica as usize;
+        let over = (self.held.len() + self.awaited()).saturating_sub(max);
+        let unassigned = self
+            .held
+            .iter()
+            .filter(|h| self.assignment.target(h.shard).is_none());
+        let room = unassigned.take(if max == 0 { 0 } else { over });
+        moving.chain(room.map(|h| (h.clone(), None))).collect()
+    }
+
+    /// How many of this replica's targets it does not hold: under `max_shards_per_replica`
+    /// it keeps room for them rather than own shards no member is assigned (README, "Shards").
+    fn awaited(&self) -> usize {
+        let mine = self.assignment.shards_of(self.me());
+        let held = |s: &u32| self.held.iter().any(|h| h.shard == *s);
+        mine.iter().filter(|s| !held(s)).count()
     }
 
     /// When the next hand-over falls due: the earliest a held shard's target, another member
@@ -560,14 +576,18 @@ impl<C: ShardLeases> ShardElector<C> {
     }
 
     /// `shards` cut to the room `max_shards_per_replica` leaves beside the shards held, this
-    /// replica's targets first: a hard bound, vacant shards included (with `shards: K` and 1
-    /// it is a semaphore). Without it, only balance bounds what a replica takes.
+    /// replica's targets first, others only in the room its targets not held yet leave: a
+    /// hard bound, vacant shards included (with `shards: K` and 1 it is a semaphore). Without
+    /// it, only balance bounds what a replica takes.
     fn within_bound(&self, mut shards: Vec<u32>) -> Vec<u32> {
         let max = self.policy.max_shards_per_replica as usize;
         if max > 0 {
             let me = self.me();
-            shards.sort_by_key(|&s| (self.assignment.target(s) != Some(me), s));
-            shards.truncate(max.saturating_sub(self.held.len()));
+            let mine = |s: &u32| self.assignment.target(*s) == Some(me);
+            shards.sort_by_key(|s| (!mine(s), *s));
+            let room = max.saturating_sub(self.held.len());
+            let targets = shards.iter().filter(|s| mine(s)).count().min(room);
+            shards.truncate(targets + room.saturating_sub(self.awaited()));
         }
         shards
     }
