@@ -597,7 +597,9 @@ fn a_replica_that_owns_no_shard_is_a_live_follower() {
         .iter()
         .map(|id| {
             let mut opts = DaemonOpts::new(NAME, id, &redis.url());
-            opts.extra_yaml = format!("election:\n  shards: 1\nhooks:\n  on_acquired: {hook}\n");
+            opts.extra_yaml = format!(
+                "election:\n  shards: 1\nhooks:\n  on_acquired: {hook}\npublish:\n  advertise: \"{id}.svc:8080\"\n"
+            );
             opts.env = vec![("OUT".into(), out.path().to_str().expect("utf-8").into())];
             Daemon::spawn(&opts)
         })
@@ -622,6 +624,22 @@ fn a_replica_that_owns_no_shard_is_a_live_follower() {
         (Some("follower"), Some(false))
     );
     assert_eq!(doc["shards"]["owned"], serde_json::json!([]));
+    // Each registry entry advertises its replica's publish.advertise.
+    let (code, body) = idle.get("/candidates");
+    let listed: Vec<Value> = serde_json::from_str(&body).expect("GET /candidates");
+    let addresses: Vec<_> = listed
+        .iter()
+        .map(|c| (c["identity"].as_str(), c["address"].as_str()))
+        .collect();
+    assert_eq!(code, 200);
+    assert_eq!(
+        addresses,
+        [
+            (Some("r1"), Some("r1.svc:8080")),
+            (Some("r2"), Some("r2.svc:8080"))
+        ],
+        "{body}"
+    );
     // The owner's on_acquired hook ran with its shard and that shard's fence.
     let owner = r
         .iter()

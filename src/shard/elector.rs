@@ -142,6 +142,8 @@ pub struct ShardElector<C = LeaseClient> {
     /// The work of a shard ended by itself: (shard, fence) (`exits.rs`).
     work_exits: Option<mpsc::Receiver<(u32, u64)>>,
     exited: Vec<(u32, u64)>,
+    /// The address its registry entry advertises.
+    address: Option<String>,
 }
 
 impl<C: ShardLeases> ShardElector<C> {
@@ -164,7 +166,15 @@ impl<C: ShardLeases> ShardElector<C> {
             sit_out_until: None,
             work_exits: None,
             exited: Vec::new(),
+            address: None,
         }
+    }
+
+    /// The same elector, advertising `address` in its registry entry (as a candidate of one
+    /// lease does).
+    pub fn with_address(mut self, address: Option<String>) -> Self {
+        self.address = address;
+        self
     }
 
     /// The same elector, telling `events` of every shard's term.
@@ -327,7 +337,7 @@ impl<C: ShardLeases> ShardElector<C> {
             healthy: self.healthy.as_ref().is_none_or(|h| *h.borrow()),
             contending: self.sit_out_until.is_none(),
             priority: 0,
-            address: None,
+            address: self.address.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             started_at_ms: self.started_at_ms,
             healthy_since_ms: None,
