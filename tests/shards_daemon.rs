@@ -651,6 +651,29 @@ fn a_replica_that_owns_no_shard_is_a_live_follower() {
     assert!(!out.path().join(idle.identity()).exists());
 }
 
+/// A replica's registry entry says `leader` once it owns a shard, at once (at every change of
+/// its state), not at its next heartbeat a third of a lease later.
+#[test]
+fn the_registry_entry_says_leader_as_soon_as_a_shard_is_owned() {
+    let redis = RedisServer::start();
+    support::seed_fence(&redis, NAME);
+    let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
+    // Heartbeats every 3 s: the entry written before the first term says follower.
+    (opts.lease, opts.renew_deadline, opts.retry) = ("9s".into(), "6s".into(), "1s".into());
+    opts.extra_yaml = "election:\n  shards: 1\n".into();
+    let d = Daemon::spawn(&opts);
+    wait_event(&d, "acquired", 1, SETTLE);
+    let state = || {
+        let listed: Vec<Value> = serde_json::from_str(&d.get("/candidates").1).ok()?;
+        listed.first()?["state"].as_str().map(str::to_owned)
+    };
+    let step = Duration::from_millis(20);
+    let leads = wait_until(Duration::from_secs(1), step, || {
+        (state()?.as_str() == "leader").then_some(())
+    });
+    assert!(leads.is_some(), "entry still says {:?}", state());
+}
+
 #[test]
 fn on_sigterm_the_children_of_all_shards_stop_at_once() {
     let redis = RedisServer::start();

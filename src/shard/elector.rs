@@ -144,6 +144,8 @@ pub struct ShardElector<C = LeaseClient> {
     exited: Vec<(u32, u64)>,
     /// The address its registry entry advertises.
     address: Option<String>,
+    /// Whether its registry entry, as last written, says `leader` (it owned a shard).
+    entry_leads: bool,
 }
 
 impl<C: ShardLeases> ShardElector<C> {
@@ -167,6 +169,7 @@ impl<C: ShardLeases> ShardElector<C> {
             work_exits: None,
             exited: Vec::new(),
             address: None,
+            entry_leads: false,
         }
     }
 
@@ -231,6 +234,9 @@ impl<C: ShardLeases> ShardElector<C> {
                 }
             }
             self.events.attempted();
+            if self.held.is_empty() == self.entry_leads {
+                next_beat = Instant::now(); // its state changed: the registry says so at once
+            }
             let deadline = self.held.iter().map(|h| self.deadline(h)).min();
             let mut wake = deadline.map_or(next_renew, |d| d.min(next_renew));
             if let Some(until) = self.sit_out_until {
@@ -326,12 +332,13 @@ impl<C: ShardLeases> ShardElector<C> {
     /// Refreshes this replica's registry entry, reads the members and recomputes the
     /// assignment. On an error the last assignment stands.
     async fn read_members(&mut self) {
+        self.entry_leads = !self.held.is_empty();
         let entry = Candidate {
             identity: self.me().to_owned(),
-            state: if self.held.is_empty() {
-                "follower"
-            } else {
+            state: if self.entry_leads {
                 "leader"
+            } else {
+                "follower"
             }
             .into(),
             healthy: self.healthy.as_ref().is_none_or(|h| *h.borrow()),
