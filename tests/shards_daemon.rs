@@ -113,6 +113,7 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
             (Some("leader"), Some(true))
         );
         assert!(doc["leader"].is_null() && doc["fence"].is_null(), "{doc}");
+        assert_eq!(d.get("/"), (200, r#"{"name":""}"#.to_owned()));
         assert_eq!(d.get("/readyz").0, 200);
         let metrics = d.get("/metrics").1;
         let line = format!("leaderd_shards_owned{{name=\"{NAME}\"}} {}", mine.len());
