@@ -152,8 +152,6 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
         doc["shards"].as_array().map(Vec::len),
         Some(SHARDS as usize)
     );
-    let out = r[0].cli(&["status", "--watch"]);
-    assert_eq!(out.code, Some(2), "{out:?}");
     // `leaderd handover`: a usage error.
     let out = r[0].cli(&["handover"]);
     assert_eq!(out.code, Some(2), "{out:?}");
