@@ -337,6 +337,19 @@ fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
     let step = Duration::from_millis(20);
     wait_until(Duration::from_secs(2), step, || (took() == n).then_some(()));
     assert_eq!(took(), n, "r2's terms begun by handover");
+    // Each attempt and each renew call counted too (r2 renews within a retry_period).
+    let attempts = counted(
+        &r[1],
+        "leaderd_acquire_attempts_total",
+        "result",
+        "acquired",
+    );
+    assert!(attempts >= n, "{attempts} attempts counted");
+    let renewed = || counted(&r[1], "leaderd_renewals_total", "result", "ok");
+    let renews = wait_until(Duration::from_secs(2), step, || {
+        (renewed() >= 1.0).then_some(())
+    });
+    assert!(renews.is_some(), "no renewal counted");
     for d in &r {
         let logged = || d.events_named("acquired").len() as f64;
         let agree = || (transitions(d) == logged()).then_some(());

@@ -17,7 +17,7 @@ use super::events::NoEvents;
 use super::members::Members;
 use super::vacancy::{Vacancies, Verdict, Without};
 use super::{Assignment, ShardEvents, ShardLeases, ShardRenewal, ShardStepDown, ShardTerm};
-use crate::election::{handover_window, Began, Timing};
+use crate::election::{handover_window, AcquireResult, Began, RenewResult, Timing};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, LeaseClient};
 use crate::lease::{LeaseError, Reservation};
 
@@ -376,10 +376,21 @@ impl<C: ShardLeases> ShardElector<C> {
         }
         let budget = self.budget();
         let deadlines: Vec<Instant> = self.held.iter().map(|h| self.deadline(h)).collect();
+        let sent = Instant::now();
         let renewed = self.client.renew_shards(&mut self.held, budget).await;
         let Some(results) = self.answered(renewed) else {
+            self.events.renew_result(RenewResult::Error, sent.elapsed());
             return; // each shard keeps its own deadline
         };
+        let found = |want: fn(&ShardRenewal) -> bool| results.iter().any(want);
+        let result = if found(|r| matches!(r, ShardRenewal::Lost)) {
+            RenewResult::Lost
+        } else if found(|r| !matches!(r, ShardRenewal::Renewed)) {
+            RenewResult::Error // unconfirmed (Redlock: no majority either way)
+        } else {
+            RenewResult::Ok
+        };
+        self.events.renew_result(result, sent.elapsed());
         // A renew answered after a shard's deadline does not bring it back: it was
         // stepped down then (`step_down_on_time`); its term ends here and is released.
         let now = Instant::now();
@@ -615,6 +626,13 @@ impl<C: ShardLeases> ShardElector<C> {
             .iter()
             .map(|&s| self.client.try_acquire_shard(s, budget));
         let replies = join_all(tries).await;
+        for reply in &replies {
+            self.events.acquire_result(match reply {
+                Ok(Acquire::Acquired(_)) => AcquireResult::Acquired,
+                Ok(Acquire::Denied(_)) => AcquireResult::Held,
+                Err(_) => AcquireResult::Error,
+            });
+        }
         let answered = shards.iter().zip(replies);
         answered.filter_map(|(s, r)| Some((*s, r.ok()?))).collect()
     }
