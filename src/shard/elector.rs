@@ -497,12 +497,15 @@ impl<C: ShardLeases> ShardElector<C> {
             .iter()
             .filter_map(|h| Some((h.clone(), Some(target(h)?))));
         let max = self.policy.max_shards_per_replica as usize;
-        let over = (self.held.len() + self.awaited()).saturating_sub(max);
+        let over = match max {
+            0 => 0,
+            max => (self.held.len() + self.awaited()).saturating_sub(max),
+        };
         let unassigned = self
             .held
             .iter()
             .filter(|h| self.assignment.target(h.shard).is_none());
-        let room = unassigned.take(if max == 0 { 0 } else { over });
+        let room = unassigned.take(over);
         moving.chain(room.map(|h| (h.clone(), None))).collect()
     }
 
