@@ -23,6 +23,7 @@ mod leader;
 mod types;
 mod view;
 pub use began::Began;
+pub(crate) use began::Origin;
 pub use events::{AcquireResult, ElectionEvents, NoEvents, RenewResult};
 #[cfg(feature = "daemon")]
 pub(crate) use handover::target as handover_target;

@@ -406,8 +406,9 @@ fn alerts_and_dashboard_in_a_real_prometheus_through_real_faults() {
             "{alert} {name} was {state} at {seen:?} (run began {t0:.1})"
         );
     };
-    // A clean handover or a failover never looks like a split brain, not even pending.
-    for name in ["rollout", "pause", "outage"] {
+    // A clean handover or a failover never looks like a split brain, not even pending; nor
+    // do the replicas of a sharded election, each owning shards.
+    for name in ["rollout", "pause", "outage", "shards", "unhealthy"] {
         never("LeaderdMultipleLeaders", name, "pending");
     }
     // Neither a rollout nor a failover within a lease pages anyone.

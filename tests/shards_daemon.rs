@@ -113,6 +113,7 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
             (Some("leader"), Some(true))
         );
         assert!(doc["leader"].is_null() && doc["fence"].is_null(), "{doc}");
+        assert_eq!(d.get("/"), (200, r#"{"name":""}"#.to_owned()));
         assert_eq!(d.get("/readyz").0, 200);
         let metrics = d.get("/metrics").1;
         let line = format!("leaderd_shards_owned{{name=\"{NAME}\"}} {}", mine.len());
@@ -151,8 +152,6 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
         doc["shards"].as_array().map(Vec::len),
         Some(SHARDS as usize)
     );
-    let out = r[0].cli(&["status", "--watch"]);
-    assert_eq!(out.code, Some(2), "{out:?}");
     // `leaderd handover`: a usage error.
     let out = r[0].cli(&["handover"]);
     assert_eq!(out.code, Some(2), "{out:?}");
@@ -298,6 +297,21 @@ fn proxy_is_refused_with_shards() {
     );
 }
 
+/// The value of `metric{name=NAME, label=value}` on `d`'s `/metrics`.
+fn counted(d: &Daemon, metric_name: &str, label: &str, value: &str) -> f64 {
+    let text = d.get("/metrics").1;
+    metric(&text, metric_name, &[("name", NAME), (label, value)]).unwrap_or(f64::NAN)
+}
+
+/// `leaderd_leader_transitions_total` of `d`, summed over `began`.
+fn transitions(d: &Daemon) -> f64 {
+    let series = support::metrics::parse_metrics(&d.get("/metrics").1);
+    let terms = series
+        .into_iter()
+        .filter(|(m, _, _)| m == "leaderd_leader_transitions_total");
+    terms.map(|(_, _, v)| v).sum()
+}
+
 #[test]
 fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
     let redis = RedisServer::start();
@@ -305,12 +319,48 @@ fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
     settle_to(&r[0], &["r1", "r2"]);
     let mine = owned_in_doc(&r[0]);
     assert!(!mine.is_empty());
+    let handovers =
+        |d: &Daemon| counted(d, "leaderd_leader_transitions_total", "began", "handover");
+    let before = handovers(&r[1]);
     r[0].signal(Signal::SIGUSR1);
     moved(&r[1], &mine, &["r2"], Duration::from_secs(1));
     assert!(owned_in_doc(&r[0]).is_empty());
     let yields = r[0].events_named("stepped_down");
     let reasons: Vec<_> = yields.iter().map(|e| e["reason"].as_str()).collect();
     assert_eq!(reasons, vec![Some("yield"); mine.len()]);
+    // The per-term counters count shard terms: r1's step-downs, r2's terms begun by handover
+    // (a reply's handling after Redis shows the move), and every term logged.
+    let n = mine.len() as f64;
+    let yielded = counted(&r[0], "leaderd_step_downs_total", "reason", "yield");
+    assert_eq!(yielded, n);
+    let took = || handovers(&r[1]) - before;
+    let step = Duration::from_millis(20);
+    wait_until(Duration::from_secs(2), step, || (took() == n).then_some(()));
+    assert_eq!(took(), n, "r2's terms begun by handover");
+    // Each attempt and each renew call counted too (r2 renews within a retry_period).
+    let attempts = counted(
+        &r[1],
+        "leaderd_acquire_attempts_total",
+        "result",
+        "acquired",
+    );
+    assert!(attempts >= n, "{attempts} attempts counted");
+    let renewed = || counted(&r[1], "leaderd_renewals_total", "result", "ok");
+    let renews = wait_until(Duration::from_secs(2), step, || {
+        (renewed() >= 1.0).then_some(())
+    });
+    assert!(renews.is_some(), "no renewal counted");
+    for d in &r {
+        let logged = || d.events_named("acquired").len() as f64;
+        let agree = || (transitions(d) == logged()).then_some(());
+        let agreed = wait_until(Duration::from_secs(2), step, agree);
+        let (began, logged) = (transitions(d), logged());
+        assert!(
+            agreed.is_some(),
+            "{}: {began} terms counted, {logged} logged",
+            d.identity()
+        );
+    }
     // Still sitting out well within one lease (2 s), back with its share after it.
     std::thread::sleep(Duration::from_millis(1200));
     assert!(
@@ -318,6 +368,60 @@ fn sigusr1_hands_every_shard_over_and_sits_out_a_lease() {
         "took a shard while sitting out"
     );
     settle_to(&r[0], &["r1", "r2"]);
+    let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
+    check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
+}
+
+/// A replica of `NAME` with 16 shards and at most 2 of them.
+fn bounded_replica(redis: &RedisServer, id: &str) -> Daemon {
+    let mut opts = DaemonOpts::new(NAME, id, &redis.url());
+    opts.extra_yaml = format!("election:\n  shards: {SHARDS}\n  max_shards_per_replica: 2\n");
+    Daemon::spawn(&opts)
+}
+
+/// Waits until every shard, as `d` reads them, is owned by its target among `members` with
+/// at most 2 shards each, and those without a target are vacant.
+fn settle_bounded(d: &Daemon, members: &[&str]) {
+    let expected = Assignment::compute(NAME, SHARDS, members, 2);
+    let row = |s: u32| {
+        let target = expected.target(s).map(str::to_owned);
+        (u64::from(s), target.clone(), target)
+    };
+    let want: Vec<_> = (0..SHARDS).map(row).collect();
+    let settled = wait_until(SETTLE, Duration::from_millis(50), || {
+        (shards(d)? == want).then_some(())
+    });
+    assert!(
+        settled.is_some(),
+        "not settled to the assignment of {members:?} (at most 2 each): {:?}",
+        shards(d)
+    );
+}
+
+/// With `max_shards_per_replica: 2`, 16 shards and three replicas, the last to join takes
+/// its own share (not shards nobody is assigned, vacant all along, which would leave no room
+/// for its share): the shards owned are the assigned ones, and `status` exits 3.
+#[test]
+fn with_a_bound_the_shards_owned_settle_to_the_assigned_ones() {
+    let redis = RedisServer::start();
+    let mut r = vec![bounded_replica(&redis, "r1"), bounded_replica(&redis, "r3")];
+    settle_bounded(&r[0], &["r1", "r3"]);
+    r.push(bounded_replica(&redis, "r2"));
+    settle_bounded(&r[0], &["r1", "r2", "r3"]);
+    let out = r[0].cli(&["status"]);
+    assert_eq!(out.code, Some(3), "{out:?}");
+    let first = format!("{NAME}: 16 shards, 3 owners, 10 unowned\n");
+    assert!(out.stdout.starts_with(&first), "{out:?}");
+    // A leaver: the others' shares change; each gives up what is no longer assigned.
+    r[0].signal(Signal::SIGTERM);
+    assert_eq!(r[0].wait_exit(Duration::from_secs(10)), Some(0));
+    settle_bounded(&r[1], &["r2", "r3"]);
+    for d in &r[1..] {
+        d.signal(Signal::SIGTERM);
+    }
+    for d in &mut r[1..] {
+        assert_eq!(d.wait_exit(Duration::from_secs(10)), Some(0));
+    }
     let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
     check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));
 }
@@ -505,7 +609,9 @@ fn a_replica_that_owns_no_shard_is_a_live_follower() {
         .iter()
         .map(|id| {
             let mut opts = DaemonOpts::new(NAME, id, &redis.url());
-            opts.extra_yaml = format!("election:\n  shards: 1\nhooks:\n  on_acquired: {hook}\n");
+            opts.extra_yaml = format!(
+                "election:\n  shards: 1\nhooks:\n  on_acquired: {hook}\npublish:\n  advertise: \"{id}.svc:8080\"\n"
+            );
             opts.env = vec![("OUT".into(), out.path().to_str().expect("utf-8").into())];
             Daemon::spawn(&opts)
         })
@@ -530,6 +636,22 @@ fn a_replica_that_owns_no_shard_is_a_live_follower() {
         (Some("follower"), Some(false))
     );
     assert_eq!(doc["shards"]["owned"], serde_json::json!([]));
+    // Each registry entry advertises its replica's publish.advertise.
+    let (code, body) = idle.get("/candidates");
+    let listed: Vec<Value> = serde_json::from_str(&body).expect("GET /candidates");
+    let addresses: Vec<_> = listed
+        .iter()
+        .map(|c| (c["identity"].as_str(), c["address"].as_str()))
+        .collect();
+    assert_eq!(code, 200);
+    assert_eq!(
+        addresses,
+        [
+            (Some("r1"), Some("r1.svc:8080")),
+            (Some("r2"), Some("r2.svc:8080"))
+        ],
+        "{body}"
+    );
     // The owner's on_acquired hook ran with its shard and that shard's fence.
     let owner = r
         .iter()
@@ -539,6 +661,29 @@ fn a_replica_that_owns_no_shard_is_a_live_follower() {
     let ran = std::fs::read_to_string(out.path().join(owner.identity())).unwrap_or_default();
     assert_eq!(ran.trim(), format!("0 {}", fence.expect("a fence")));
     assert!(!out.path().join(idle.identity()).exists());
+}
+
+/// A replica's registry entry says `leader` once it owns a shard, at once (at every change of
+/// its state), not at its next heartbeat a third of a lease later.
+#[test]
+fn the_registry_entry_says_leader_as_soon_as_a_shard_is_owned() {
+    let redis = RedisServer::start();
+    support::seed_fence(&redis, NAME);
+    let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
+    // Heartbeats every 3 s: the entry written before the first term says follower.
+    (opts.lease, opts.renew_deadline, opts.retry) = ("9s".into(), "6s".into(), "1s".into());
+    opts.extra_yaml = "election:\n  shards: 1\n".into();
+    let d = Daemon::spawn(&opts);
+    wait_event(&d, "acquired", 1, SETTLE);
+    let state = || {
+        let listed: Vec<Value> = serde_json::from_str(&d.get("/candidates").1).ok()?;
+        listed.first()?["state"].as_str().map(str::to_owned)
+    };
+    let step = Duration::from_millis(20);
+    let leads = wait_until(Duration::from_secs(1), step, || {
+        (state()?.as_str() == "leader").then_some(())
+    });
+    assert!(leads.is_some(), "entry still says {:?}", state());
 }
 
 #[test]

@@ -31,12 +31,17 @@ struct Watch {
 
 impl Watch {
     fn start(redis: &RedisServer, name: &str, json: bool) -> Watch {
+        Watch::start_with(redis, name, json, "")
+    }
+
+    /// With `election` added to the config's `election` section (indented lines).
+    fn start_with(redis: &RedisServer, name: &str, json: bool, election: &str) -> Watch {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("config.yaml");
         let yaml = format!(
             "name: {name}\nidentity: watcher\nredis:\n  url: {}\n  connect_timeout: 200ms\n  \
              command_timeout: 200ms\nelection:\n  lease_duration: 3s\n  renew_deadline: 2s\n  \
-             retry_period: 500ms\npublish:\n  http_addr: \"\"\n",
+             retry_period: 500ms\n{election}publish:\n  http_addr: \"\"\n",
             redis.url()
         );
         std::fs::write(&config, yaml).expect("write config");
@@ -87,6 +92,22 @@ impl Watch {
         .unwrap_or_else(|| panic!("no document {what} within {BOUND:?}:\n{}", self.stdout()))
     }
 
+    /// Asserts that document `last` is the last one, and that none follows for `QUIET`;
+    /// returns how many there are.
+    fn quiet_after(&self, last: usize) -> usize {
+        let before = self.docs().len();
+        assert_eq!(before, last + 1, "{}", self.stdout());
+        std::thread::sleep(QUIET);
+        let after = self.docs().len();
+        assert_eq!(
+            after,
+            before,
+            "a document while nothing changed:\n{}",
+            self.stdout()
+        );
+        before
+    }
+
     fn signal(&self, sig: Signal) {
         let _ = kill(Pid::from_raw(self.child.id() as i32), sig);
     }
@@ -118,10 +139,16 @@ impl Drop for Watch {
 }
 
 fn replica(redis: &RedisServer, name: &str, identity: &str) -> Daemon {
+    replica_with(redis, name, identity, "")
+}
+
+/// A replica with `extra` in its config.
+fn replica_with(redis: &RedisServer, name: &str, identity: &str, extra: &str) -> Daemon {
     let mut o = DaemonOpts::new(name, identity, &redis.url());
     o.lease = "3s".into();
     o.renew_deadline = "2s".into();
     o.retry = "500ms".into();
+    o.extra_yaml = extra.into();
     Daemon::spawn(&o)
 }
 
@@ -183,15 +210,7 @@ fn watch_json_prints_a_document_per_change_and_none_without() {
     });
 
     // Nothing changes (heartbeats and renewals only move the clocks): nothing printed.
-    let before = w.docs().len();
-    assert_eq!(before, joined_c + 1, "{}", w.stdout());
-    std::thread::sleep(QUIET);
-    assert_eq!(
-        w.docs().len(),
-        before,
-        "a document while nothing changed:\n{}",
-        w.stdout()
-    );
+    let before = w.quiet_after(joined_c);
 
     // A candidate leaving after SIGTERM.
     c.signal(Signal::SIGTERM);
@@ -331,4 +350,44 @@ fn watch_with_bad_usage_exits_2() {
         Duration::from_secs(10),
     );
     assert_eq!(out.code, Some(2), "{out:?}");
+}
+
+/// The owner of each shard a sharded election's document lists.
+fn owners(doc: &Value) -> Vec<Option<&str>> {
+    let rows = doc["shards"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    rows.iter().map(|r| r["owner"].as_str()).collect()
+}
+
+/// In a sharded election (README, "Shards"): the document of `status --json` with every shard,
+/// again when shards move (a leaver's, at its SIGTERM), none while nothing changes; exit 0.
+#[test]
+fn watch_json_in_a_sharded_election_follows_the_shards() {
+    let redis = RedisServer::start();
+    let name = "watch-shards";
+    seed_fence(&redis, name);
+    let sharded = "election:\n  shards: 4\n";
+    let _a = replica_with(&redis, name, "a", sharded);
+    let mut b = replica_with(&redis, name, "b", sharded);
+    let mut w = Watch::start_with(&redis, name, true, "  shards: 4\n");
+    let two = leaderd::shard::Assignment::compute(name, 4, &["a", "b"], 0);
+    let targets: Vec<Option<&str>> = (0..4).map(|s| two.target(s)).collect();
+    let settled = w.wait_doc(0, "every shard owned by its target", |d| {
+        let leading = |i: usize| d["candidates"][i]["state"] == "leader";
+        ids(d) == ["a", "b"] && owners(d) == targets && leading(0) && leading(1)
+    });
+
+    // Nothing changes (renewals only move the clocks): nothing printed.
+    let before = w.quiet_after(settled);
+
+    // b leaves: its shards move to a.
+    b.signal(Signal::SIGTERM);
+    assert_eq!(b.wait_exit(BOUND), Some(0));
+    w.wait_doc(before, "every shard owned by a", |d| {
+        ids(d) == ["a"] && owners(d) == [Some("a"); 4]
+    });
+    w.signal(Signal::SIGTERM);
+    assert_eq!(w.wait_exit(BOUND), Some(0));
 }

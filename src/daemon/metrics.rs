@@ -121,7 +121,7 @@ impl Metrics {
                 "leaderd_step_downs_total",
                 STEP_DOWNS_HELP,
                 "reason",
-                &StepDown::ALL.map(StepDown::as_str),
+                &step_down_reasons(),
             ),
             redis_errors: counters(
                 r,
@@ -212,9 +212,10 @@ impl Metrics {
             .set(i64::try_from(owned).unwrap_or(i64::MAX));
     }
 
-    /// Counts a shard term ended for `reason`.
+    /// Counts a shard term ended for `reason`: a move, and a step-down (README, "Shards").
     pub(crate) fn shard_moved(&self, reason: ShardStepDown) {
         self.shard_moves.with_label_values(&[reason.as_str()]).inc();
+        self.step_downs.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// Counts an HTTP connection closed at once because the connection cap was reached.
@@ -328,6 +329,17 @@ fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
 }
 
 /// A counter family with every one of `values` created at 0.
+/// The reasons of `leaderd_step_downs_total`: a single lease's, and a shard's `rebalance`.
+fn step_down_reasons() -> Vec<&'static str> {
+    let mut reasons = StepDown::ALL.map(StepDown::as_str).to_vec();
+    for reason in ShardStepDown::ALL.map(ShardStepDown::as_str) {
+        if !reasons.contains(&reason) {
+            reasons.push(reason);
+        }
+    }
+    reasons
+}
+
 fn counters(
     registry: &Registry,
     name: &str,
@@ -368,6 +380,7 @@ mod tests {
             "leaderd_leader_transitions_total{began=\"handover\",name=\"e1\"} 0",
             "leaderd_leader_transitions_total{began=\"quarantine\",name=\"e1\"} 0",
             "leaderd_step_downs_total{name=\"e1\",reason=\"child_exit\"} 0",
+            "leaderd_step_downs_total{name=\"e1\",reason=\"rebalance\"} 0",
             "leaderd_redis_errors_total{kind=\"auth\",name=\"e1\"} 0",
             "leaderd_build_info{name=\"e1\",version=\"0.1.0\"} 1",
             "leaderd_renewals_total{name=\"e1\",result=\"lost\"} 0",

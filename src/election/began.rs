@@ -50,9 +50,9 @@ impl Began {
 /// What a follower knows of how the lease would become free: updated at everything it
 /// learns, kept while Redis cannot be read.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Origin {
+pub(crate) struct Origin {
     /// How a term won now would have begun.
-    pub began: Began,
+    pub(crate) began: Began,
     /// When the lease last seen held expires (`None`: none seen, or no TTL).
     held_until: Option<Instant>,
 }
@@ -69,7 +69,7 @@ impl Default for Origin {
 impl Origin {
     /// Takes in `seen`, learned at `at`, with `expiry` (when it expires, if known). A vacancy
     /// learned before the held lease's expiry was a release; after it, an expiry.
-    pub(super) fn learn(
+    pub(crate) fn learn(
         &mut self,
         seen: &Observed,
         at: Instant,

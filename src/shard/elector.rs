@@ -17,7 +17,7 @@ use super::events::NoEvents;
 use super::members::Members;
 use super::vacancy::{Vacancies, Verdict, Without};
 use super::{Assignment, ShardEvents, ShardLeases, ShardRenewal, ShardStepDown, ShardTerm};
-use crate::election::{handover_window, Timing};
+use crate::election::{handover_window, AcquireResult, Began, RenewResult, Timing};
 use crate::lease::{unix_ms, Acquire, Candidate, Heartbeat, LeaseClient};
 use crate::lease::{LeaseError, Reservation};
 
@@ -142,6 +142,10 @@ pub struct ShardElector<C = LeaseClient> {
     /// The work of a shard ended by itself: (shard, fence) (`exits.rs`).
     work_exits: Option<mpsc::Receiver<(u32, u64)>>,
     exited: Vec<(u32, u64)>,
+    /// The address its registry entry advertises.
+    address: Option<String>,
+    /// Whether its registry entry, as last written, says `leader` (it owned a shard).
+    entry_leads: bool,
 }
 
 impl<C: ShardLeases> ShardElector<C> {
@@ -164,7 +168,16 @@ impl<C: ShardLeases> ShardElector<C> {
             sit_out_until: None,
             work_exits: None,
             exited: Vec::new(),
+            address: None,
+            entry_leads: false,
         }
+    }
+
+    /// The same elector, advertising `address` in its registry entry (as a candidate of one
+    /// lease does).
+    pub fn with_address(mut self, address: Option<String>) -> Self {
+        self.address = address;
+        self
     }
 
     /// The same elector, telling `events` of every shard's term.
@@ -221,6 +234,9 @@ impl<C: ShardLeases> ShardElector<C> {
                 }
             }
             self.events.attempted();
+            if self.held.is_empty() == self.entry_leads {
+                next_beat = Instant::now(); // its state changed: the registry says so at once
+            }
             let deadline = self.held.iter().map(|h| self.deadline(h)).min();
             let mut wake = deadline.map_or(next_renew, |d| d.min(next_renew));
             if let Some(until) = self.sit_out_until {
@@ -316,18 +332,19 @@ impl<C: ShardLeases> ShardElector<C> {
     /// Refreshes this replica's registry entry, reads the members and recomputes the
     /// assignment. On an error the last assignment stands.
     async fn read_members(&mut self) {
+        self.entry_leads = !self.held.is_empty();
         let entry = Candidate {
             identity: self.me().to_owned(),
-            state: if self.held.is_empty() {
-                "follower"
-            } else {
+            state: if self.entry_leads {
                 "leader"
+            } else {
+                "follower"
             }
             .into(),
             healthy: self.healthy.as_ref().is_none_or(|h| *h.borrow()),
             contending: self.sit_out_until.is_none(),
             priority: 0,
-            address: None,
+            address: self.address.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             started_at_ms: self.started_at_ms,
             healthy_since_ms: None,
@@ -359,10 +376,21 @@ impl<C: ShardLeases> ShardElector<C> {
         }
         let budget = self.budget();
         let deadlines: Vec<Instant> = self.held.iter().map(|h| self.deadline(h)).collect();
+        let sent = Instant::now();
         let renewed = self.client.renew_shards(&mut self.held, budget).await;
         let Some(results) = self.answered(renewed) else {
+            self.events.renew_result(RenewResult::Error, sent.elapsed());
             return; // each shard keeps its own deadline
         };
+        let found = |want: fn(&ShardRenewal) -> bool| results.iter().any(want);
+        let result = if found(|r| matches!(r, ShardRenewal::Lost)) {
+            RenewResult::Lost
+        } else if found(|r| !matches!(r, ShardRenewal::Renewed)) {
+            RenewResult::Error // unconfirmed (Redlock: no majority either way)
+        } else {
+            RenewResult::Ok
+        };
+        self.events.renew_result(result, sent.elapsed());
         // A renew answered after a shard's deadline does not bring it back: it was
         // stepped down then (`step_down_on_time`); its term ends here and is released.
         let now = Instant::now();
@@ -450,13 +478,14 @@ impl<C: ShardLeases> ShardElector<C> {
         self.held
             .retain(|h| !moving.iter().any(|(m, _)| m.shard == h.shard));
         self.publish();
-        let moving: Vec<_> = moving.into_iter().map(|(h, t)| (h, Some(t))).collect();
         self.end_and_release(&moving, ShardStepDown::Rebalance)
             .await;
     }
 
-    /// The held shards whose target is another member, settled for a heartbeat period.
-    fn moving(&self) -> Vec<(ShardTerm, String)> {
+    /// The held shards whose target is another member, settled for a heartbeat period, each
+    /// with it; and those no member is assigned that this replica gives up (released, not
+    /// reserved) to make room under `max_shards_per_replica` for its own targets.
+    fn moving(&self) -> Vec<(ShardTerm, Option<String>)> {
         let settle = self.policy.lease_duration / 3;
         let me = self.me();
         let target = |h: &ShardTerm| {
@@ -466,8 +495,26 @@ impl<C: ShardLeases> ShardElector<C> {
         let moving = self
             .held
             .iter()
-            .filter_map(|h| Some((h.clone(), target(h)?)));
-        moving.collect()
+            .filter_map(|h| Some((h.clone(), Some(target(h)?))));
+        let max = self.policy.max_shards_per_replica as usize;
+        let over = match max {
+            0 => 0,
+            max => (self.held.len() + self.awaited()).saturating_sub(max),
+        };
+        let unassigned = self
+            .held
+            .iter()
+            .filter(|h| self.assignment.target(h.shard).is_none());
+        let room = unassigned.take(over);
+        moving.chain(room.map(|h| (h.clone(), None))).collect()
+    }
+
+    /// How many of this replica's targets it does not hold: under `max_shards_per_replica`
+    /// it keeps room for them rather than own shards no member is assigned (README, "Shards").
+    fn awaited(&self) -> usize {
+        let mine = self.assignment.shards_of(self.me());
+        let held = |s: &u32| self.held.iter().any(|h| h.shard == *s);
+        mine.iter().filter(|s| !held(s)).count()
     }
 
     /// When the next hand-over falls due: the earliest a held shard's target, another member
@@ -560,14 +607,18 @@ impl<C: ShardLeases> ShardElector<C> {
     }
 
     /// `shards` cut to the room `max_shards_per_replica` leaves beside the shards held, this
-    /// replica's targets first: a hard bound, vacant shards included (with `shards: K` and 1
-    /// it is a semaphore). Without it, only balance bounds what a replica takes.
+    /// replica's targets first, others only in the room its targets not held yet leave: a
+    /// hard bound, vacant shards included (with `shards: K` and 1 it is a semaphore). Without
+    /// it, only balance bounds what a replica takes.
     fn within_bound(&self, mut shards: Vec<u32>) -> Vec<u32> {
         let max = self.policy.max_shards_per_replica as usize;
         if max > 0 {
             let me = self.me();
-            shards.sort_by_key(|&s| (self.assignment.target(s) != Some(me), s));
-            shards.truncate(max.saturating_sub(self.held.len()));
+            let mine = |s: &u32| self.assignment.target(*s) == Some(me);
+            shards.sort_by_key(|s| (!mine(s), *s));
+            let room = max.saturating_sub(self.held.len());
+            let targets = shards.iter().filter(|s| mine(s)).count().min(room);
+            shards.truncate(targets + room.saturating_sub(self.awaited()));
         }
         shards
     }
@@ -578,31 +629,43 @@ impl<C: ShardLeases> ShardElector<C> {
             .iter()
             .map(|&s| self.client.try_acquire_shard(s, budget));
         let replies = join_all(tries).await;
+        for reply in &replies {
+            self.events.acquire_result(match reply {
+                Ok(Acquire::Acquired(_)) => AcquireResult::Acquired,
+                Ok(Acquire::Denied(_)) => AcquireResult::Held,
+                Err(_) => AcquireResult::Error,
+            });
+        }
         let answered = shards.iter().zip(replies);
         answered.filter_map(|(s, r)| Some((*s, r.ok()?))).collect()
     }
 
-    /// Holds each shard granted in `replies`; returns them.
-    fn took(&mut self, replies: Vec<(u32, Acquire)>) -> Vec<u32> {
+    /// Holds each shard granted in `replies`; returns them, each with how its term began.
+    fn took(&mut self, replies: Vec<(u32, Acquire)>) -> Vec<(u32, Began)> {
         let mut taken = Vec::new();
         for (shard, reply) in replies {
             if let Acquire::Acquired(term) = reply {
-                self.vacancies.taken(shard);
+                let how = self.vacancies.taken(shard);
                 self.held.push(ShardTerm { shard, term });
-                taken.push(shard);
+                taken.push((shard, how));
             }
         }
         taken
     }
 
     /// Publishes the shards of `fresh` (just taken) and tells of each term begun.
-    fn began(&self, fresh: &[u32]) {
+    fn began(&self, fresh: &[(u32, Began)]) {
         if fresh.is_empty() {
             return;
         }
         self.publish();
-        for held in self.held.iter().filter(|h| fresh.contains(&h.shard)) {
-            self.events.acquired(&self.owned_of(held));
+        for (shard, how) in fresh {
+            let Some(held) = self.held.iter().find(|h| h.shard == *shard) else {
+                continue;
+            };
+            let owned = self.owned_of(held);
+            self.events.began(&owned, *how);
+            self.events.acquired(&owned);
         }
     }
 

@@ -5,6 +5,9 @@
 use futures::future::BoxFuture;
 
 use super::OwnedShard;
+use std::time::Duration;
+
+use crate::election::{AcquireResult, Began, RenewResult};
 use crate::lease::{LeaseError, Registration};
 
 /// Why a shard's term ended (the `reason` of `stepped_down`).
@@ -60,6 +63,14 @@ pub trait ShardEvents: Send + Sync + 'static {
     /// What a heartbeat found about this replica's own registry entry (another live process
     /// registering its identity, a full registry).
     fn registered(&self, _registration: Registration) {}
+    /// An attempt to take a shard: its result (as `ElectionEvents::acquire_result`).
+    fn acquire_result(&self, _result: AcquireResult) {}
+    /// One renew of every owned shard, and its round trip: `Lost` when a shard was found
+    /// lost, `Error` when the call failed (as `ElectionEvents::renew_result`).
+    fn renew_result(&self, _result: RenewResult, _took: Duration) {}
+    /// A shard's term is beginning, and how the shard had become free, as with one lease
+    /// (told just before `acquired`).
+    fn began(&self, _owned: &OwnedShard, _how: Began) {}
     /// A shard's term began.
     fn acquired(&self, _owned: &OwnedShard) {}
     /// A shard's validity moved forward.

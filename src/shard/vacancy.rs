@@ -2,7 +2,7 @@
 //! target at once; at an expiry (its owner died, or let it go without a reservation) the
 //! target computed without that owner at once and the others after `retry_period / 2`; any
 //! other vacancy anybody after `retry_period`. Remembers, per shard, who held it at the last
-//! read and since when it has been vacant.
+//! read, since when it has been vacant, and how a term taken now would begin.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Assignment;
+use crate::election::{Began, Origin};
 use crate::lease::Observed;
 
 /// A shard seen vacant: since when, and who held it at the read before.
@@ -28,6 +29,8 @@ pub(crate) struct Vacancies {
     vacant: HashMap<u32, Vacancy>,
     /// Shards this replica does not take before the given instants (its work there ended).
     resting: HashMap<u32, Instant>,
+    /// How each shard became free, as the reads showed it (`leaderd_leader_transitions_total`).
+    origins: HashMap<u32, Origin>,
 }
 
 /// Whether to try a shard now, or when it may be tried next.
@@ -49,6 +52,12 @@ impl Vacancies {
         retry_period: Duration,
         without: &mut impl FnMut(&str) -> Option<String>,
     ) -> Verdict {
+        let expiry = seen
+            .holder()
+            .and_then(|h| h.remaining)
+            .map(|left| sent + left);
+        let origin = self.origins.entry(shard).or_default();
+        origin.learn(seen, now, expiry, me);
         let verdict = self.free((shard, seen), (sent, now), me, retry_period, without);
         match self.resting.get(&shard).copied() {
             Some(until) if until > now && verdict == Verdict::Take => Verdict::Wait(Some(until)),
@@ -131,10 +140,14 @@ impl Vacancies {
         mine
     }
 
-    /// Shard `shard` was taken by this replica.
-    pub(crate) fn taken(&mut self, shard: u32) {
+    /// Shard `shard` was taken by this replica: how its term began (as with one lease:
+    /// `first` when nothing was known of an earlier term).
+    pub(crate) fn taken(&mut self, shard: u32) -> Began {
         self.vacant.remove(&shard);
         self.held_by.remove(&shard);
+        self.origins
+            .remove(&shard)
+            .map_or(Began::First, |o| o.began)
     }
 }
 

@@ -112,3 +112,37 @@ fn a_lease_run_out_is_tried_before_a_read_by_the_target_without_its_holder_only(
     v.rest(0, out + RETRY);
     assert!(v.expired(out, "a", target).is_empty(), "resting");
 }
+
+/// A shard taken says how it became free, as a single lease's term does
+/// (`leaderd_leader_transitions_total{began}`).
+#[test]
+fn a_shard_taken_says_how_it_became_free() {
+    let (mut v, now) = (Vacancies::default(), Instant::now());
+    let ms = Duration::from_millis;
+    assert_eq!(v.taken(0), Began::First, "nothing known");
+    let reserved = Observed::Reserved {
+        for_identity: "a".into(),
+        fence: 7,
+        remaining: Some(ms(500)),
+    };
+    judge(&mut v, &reserved, now, "a", "a");
+    assert_eq!(v.taken(0), Began::Handover);
+    judge(&mut v, &held("x"), now, "a", "a");
+    judge(&mut v, &Observed::Vacant, now + ms(100), "a", "a");
+    assert_eq!(v.taken(0), Began::Release, "vacant before its expiry");
+    judge(&mut v, &held("x"), now, "a", "a");
+    judge(&mut v, &Observed::Vacant, now + ms(600), "a", "a");
+    assert_eq!(v.taken(0), Began::Expiry, "vacant after its expiry");
+    let quarantined = Observed::Quarantined {
+        fence: 7,
+        remaining: Some(ms(500)),
+    };
+    judge(&mut v, &quarantined, now, "a", "a");
+    judge(&mut v, &Observed::Vacant, now + ms(600), "a", "a");
+    assert_eq!(v.taken(0), Began::Quarantine);
+    assert_eq!(
+        v.taken(0),
+        Began::First,
+        "its own term ended: nothing known"
+    );
+}

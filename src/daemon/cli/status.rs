@@ -23,10 +23,6 @@ pub(super) fn status(overrides: &Overrides, json: bool, watch: bool) -> i32 {
             return EXIT_USAGE;
         }
     };
-    if watch && config.election.shards > 0 {
-        eprintln!("leaderd: status --watch: not supported with election.shards yet (run status, or read GET /shards)");
-        return EXIT_USAGE;
-    }
     if watch {
         return watch::run(&config, lease, json);
     }

@@ -11,6 +11,7 @@ use super::{now_ms, Own, Reporter};
 use crate::daemon::exec::ShardWork;
 use crate::daemon::hooks::HookEvent;
 use crate::daemon::state::{Phase, ShardsView};
+use crate::election::{AcquireResult, Began, RenewResult};
 use crate::lease::{unix_ms, LeaseError, Registration};
 use crate::shard::{OwnedShard, ShardEvents, ShardStepDown};
 
@@ -106,6 +107,19 @@ impl ShardEvents for ShardReporter {
         let r = &self.reporter;
         let mut own = self.own.lock().expect("shard reporter");
         own.found(registration, &r.identity, &r.metrics);
+    }
+
+    fn acquire_result(&self, result: AcquireResult) {
+        self.reporter.metrics.acquire_attempt(result);
+    }
+
+    fn renew_result(&self, result: RenewResult, took: Duration) {
+        self.reporter.metrics.renewal(result, took);
+    }
+
+    /// Counted as a term (README, "Shards": the per-term counters count shard terms).
+    fn began(&self, _o: &OwnedShard, how: Began) {
+        self.reporter.metrics.transition(how);
     }
 
     fn acquired(&self, o: &OwnedShard) {

@@ -56,7 +56,8 @@ pub(super) async fn run(
         .with_events(Arc::new(reporter.clone()))
         .with_health(feeds.healthy)
         .with_yields(yields)
-        .with_work_exits(exits);
+        .with_work_exits(exits)
+        .with_address(config.publish.advertise.clone());
     elector.run(shutdown).await;
     reporter.stopped();
     drop(reporter); // the leader file's writer ends once every state sender is gone

@@ -1,6 +1,7 @@
 //! `leaderd status` of a sharded election (README, "Shards"): how many shards, owners and
 //! unowned, then each candidate with the shards it owns; `--json` adds every shard as
-//! `GET /shards` lists it. Exit 0 when every shard is owned, 3 when one is not.
+//! `GET /shards` lists it. Exit 0 when every shard is owned, 3 when one is not (`--watch`
+//! draws the same output at every change).
 
 use std::time::Duration;
 
@@ -11,6 +12,17 @@ use crate::daemon::config::Config;
 use crate::daemon::shards::ShardRow;
 use crate::lease::{Heartbeat, Lease, LeaseError};
 
+/// The shards and the candidates, read once.
+pub(super) async fn read(
+    lease: &Backend,
+    config: &Config,
+    budget: Duration,
+) -> Result<(Vec<ShardRow>, Vec<Listed>), LeaseError> {
+    let rows = crate::daemon::shards::read(lease, config, budget).await?;
+    let roster = lease.heartbeat(Heartbeat::Read, budget).await?;
+    Ok((rows, candidacy::listed(&roster, None)))
+}
+
 /// Reads the shards and the candidates once; prints them; returns the exit code (an error:
 /// `Err`, printed by the caller).
 pub(super) async fn status(
@@ -19,9 +31,7 @@ pub(super) async fn status(
     json: bool,
     budget: Duration,
 ) -> Result<i32, LeaseError> {
-    let rows = crate::daemon::shards::read(lease, config, budget).await?;
-    let roster = lease.heartbeat(Heartbeat::Read, budget).await?;
-    let listed = candidacy::listed(&roster, None);
+    let (rows, listed) = read(lease, config, budget).await?;
     if json {
         println!("{}", json_doc(&config.name, &rows, &listed));
     } else {
@@ -40,7 +50,7 @@ fn owned_by<'a>(rows: &'a [ShardRow], identity: &'a str) -> impl Iterator<Item =
 
 /// `<name>: 64 shards, 3 owners, 0 unowned`, then each candidate's line with what it owns,
 /// then any owner with no entry (it is leaving, or dead and not yet expired).
-fn text(name: &str, rows: &[ShardRow], listed: &[Listed]) -> String {
+pub(super) fn text(name: &str, rows: &[ShardRow], listed: &[Listed]) -> String {
     let mut owners: Vec<&str> = rows.iter().filter_map(|r| r.owner.as_deref()).collect();
     owners.sort_unstable();
     owners.dedup();
@@ -68,7 +78,7 @@ fn text(name: &str, rows: &[ShardRow], listed: &[Listed]) -> String {
 }
 
 /// The `status --json` document of a sharded election, on one line.
-fn json_doc(name: &str, rows: &[ShardRow], listed: &[Listed]) -> String {
+pub(super) fn json_doc(name: &str, rows: &[ShardRow], listed: &[Listed]) -> String {
     let unowned = rows.iter().filter(|r| r.owner.is_none()).count();
     let doc = serde_json::json!({
         "name": name,

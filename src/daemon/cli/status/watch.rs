@@ -1,12 +1,14 @@
 //! `leaderd status --watch`: the output of `status` kept on screen and drawn again at every
-//! change (an announcement, a candidate joining, leaving or changing) until SIGINT/SIGTERM;
-//! with `--json`, one document per change, one a line.
+//! change (an announcement, a candidate joining, leaving or changing; in a sharded election a
+//! shard changing owner or term) until SIGINT/SIGTERM; with `--json`, one document per
+//! change, one a line.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::backend::Backend;
 use crate::daemon::candidacy::Listed;
 use crate::daemon::cli::{one_shot_budget, runtime, EXIT_FAILURE};
 use crate::daemon::config::Config;
@@ -16,7 +18,7 @@ use crate::lease::{Lease, LeaseError, Observed};
 const CLEAR: &str = "\x1b[H\x1b[2J";
 
 /// Watches until a signal; 0 after SIGINT/SIGTERM, 1 when the output cannot be written.
-pub(super) fn run<L: Lease>(config: &Config, lease: L, json: bool) -> i32 {
+pub(super) fn run(config: &Config, lease: Backend, json: bool) -> i32 {
     let out = Output {
         json,
         tty: std::io::stdout().is_terminal(),
@@ -24,12 +26,12 @@ pub(super) fn run<L: Lease>(config: &Config, lease: L, json: bool) -> i32 {
     };
     let every = config.election.retry_period;
     let budget = one_shot_budget(&lease, config);
-    runtime().block_on(watch(&config.name, lease, (every, budget), out))
+    runtime().block_on(watch(config, lease, (every, budget), out))
 }
 
-async fn watch<L: Lease>(
-    name: &str,
-    lease: L,
+async fn watch(
+    config: &Config,
+    lease: Backend,
     (every, budget): (Duration, Duration),
     mut out: Output,
 ) -> i32 {
@@ -45,7 +47,7 @@ async fn watch<L: Lease>(
     loop {
         let frame = tokio::select! {
             _ = stop.cancelled() => return 0,
-            read = super::read_status(&lease, budget) => Frame::of(name, read),
+            frame = Frame::read(config, &lease, budget) => frame,
         };
         if shown.as_ref() != Some(&frame.key) {
             if let Err(err) = out.draw(&frame) {
@@ -79,41 +81,67 @@ struct Frame {
 }
 
 impl Frame {
+    /// What `status` would print now: of the lease, or in a sharded election of every shard.
+    async fn read(config: &Config, lease: &Backend, budget: Duration) -> Frame {
+        let name = &config.name;
+        if config.election.shards == 0 {
+            return Frame::of(name, super::read_status(lease, budget).await);
+        }
+        match super::sharded::read(lease, config, budget).await {
+            Ok((rows, listed)) => Frame::shown(
+                super::sharded::text(name, &rows, &listed),
+                super::sharded::json_doc(name, &rows, &listed),
+            ),
+            Err(err) => Frame::failed(name, &err),
+        }
+    }
+
     fn of(name: &str, read: Result<(Observed, Vec<Listed>), LeaseError>) -> Frame {
         match read {
-            Ok((seen, candidates)) => {
-                let json = super::status_json(name, &seen, &candidates);
-                Frame {
-                    text: super::status_text(name, &seen, &candidates),
-                    key: Key::Shown(steady(&json)),
-                    json,
-                    error: None,
-                }
-            }
-            Err(err) => {
-                let line = super::status_error_line(name, &err);
-                Frame {
-                    text: format!("{line}\n"),
-                    json: super::status_error_json(name, &err),
-                    error: Some(line),
-                    key: Key::Failed(error_kind(&err)),
-                }
-            }
+            Ok((seen, candidates)) => Frame::shown(
+                super::status_text(name, &seen, &candidates),
+                super::status_json(name, &seen, &candidates),
+            ),
+            Err(err) => Frame::failed(name, &err),
+        }
+    }
+
+    fn shown(text: String, json: String) -> Frame {
+        Frame {
+            text,
+            key: Key::Shown(steady(&json)),
+            json,
+            error: None,
+        }
+    }
+
+    fn failed(name: &str, err: &LeaseError) -> Frame {
+        let line = super::status_error_line(name, err);
+        Frame {
+            text: format!("{line}\n"),
+            json: super::status_error_json(name, err),
+            error: Some(line),
+            key: Key::Failed(error_kind(err)),
         }
     }
 }
 
-/// The document without `remaining_ms` and the candidates' `seen_ms_ago`.
+/// The document without `remaining_ms` (its own, and each shard's) and the candidates'
+/// `seen_ms_ago`.
 fn steady(json: &str) -> Value {
     let mut doc: Value = serde_json::from_str(json).unwrap_or(Value::Null);
     if let Some(obj) = doc.as_object_mut() {
         obj.remove("remaining_ms");
     }
-    if let Some(list) = doc.get_mut("candidates").and_then(Value::as_array_mut) {
-        for c in list.iter_mut().filter_map(Value::as_object_mut) {
-            c.remove("seen_ms_ago");
+    let without = |doc: &mut Value, list: &str, key: &str| {
+        if let Some(items) = doc.get_mut(list).and_then(Value::as_array_mut) {
+            for item in items.iter_mut().filter_map(Value::as_object_mut) {
+                item.remove(key);
+            }
         }
-    }
+    };
+    without(&mut doc, "candidates", "seen_ms_ago");
+    without(&mut doc, "shards", "remaining_ms");
     doc
 }
 
