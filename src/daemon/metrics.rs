@@ -328,7 +328,6 @@ fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
     )
 }
 
-/// A counter family with every one of `values` created at 0.
 /// The reasons of `leaderd_step_downs_total`: a single lease's, and a shard's `rebalance`.
 fn step_down_reasons() -> Vec<&'static str> {
     let mut reasons = StepDown::ALL.map(StepDown::as_str).to_vec();
@@ -340,6 +339,7 @@ fn step_down_reasons() -> Vec<&'static str> {
     reasons
 }
 
+/// A counter family with every one of `values` created at 0.
 fn counters(
     registry: &Registry,
     name: &str,

@@ -2,11 +2,11 @@
 //! renewed or ended with its reason, and, before a shard it hands over is released, a wait
 //! until its work has stopped (the stop-before-release order of a single lease).
 
+use std::time::Duration;
+
 use futures::future::BoxFuture;
 
 use super::OwnedShard;
-use std::time::Duration;
-
 use crate::election::{AcquireResult, Began, RenewResult};
 use crate::lease::{LeaseError, Registration};
 
