@@ -105,6 +105,12 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
             .into_iter()
             .map(u64::from)
             .collect();
+        // Redis shows a grant before the replica has read its reply and published it: the
+        // document follows within moments, not at the same instant.
+        let step = Duration::from_millis(10);
+        wait_until(Duration::from_secs(1), step, || {
+            (owned_in_doc(d) == mine).then_some(())
+        });
         assert_eq!(owned_in_doc(d), mine, "{}", d.identity());
         let doc = d.status_doc().expect("doc");
         assert_eq!(doc["shards"]["count"], SHARDS);
