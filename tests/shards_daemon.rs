@@ -158,6 +158,11 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
         doc["shards"].as_array().map(Vec::len),
         Some(SHARDS as usize)
     );
+    // It keeps one lease's keys: held while every shard is owned, no one holder or fence.
+    assert_eq!((out.code, doc["state"].as_str()), (Some(0), Some("held")));
+    for key in ["holder", "fence", "remaining_ms"] {
+        assert!(doc.get(key).is_some_and(Value::is_null), "{key}: {doc}");
+    }
     // `leaderd handover`: a usage error.
     let out = r[0].cli(&["handover"]);
     assert_eq!(out.code, Some(2), "{out:?}");
@@ -202,6 +207,9 @@ fn replicas_settle_share_with_a_newcomer_and_take_over_a_leaver() {
             .starts_with(&format!("{NAME}: 16 shards, 0 owners, 16 unowned\n")),
         "{out:?}"
     );
+    let out = r[0].cli(&["status", "--json"]);
+    let doc: Value = serde_json::from_str(out.stdout.trim()).expect("status --json");
+    assert_eq!((out.code, doc["state"].as_str()), (Some(3), Some("vacant")));
 
     let logs: Vec<_> = r.iter().map(Daemon::safety_log).collect();
     let terms = check_logs(&logs).unwrap_or_else(|e| panic!("overlapping claims:\n{e}"));

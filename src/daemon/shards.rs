@@ -20,6 +20,9 @@ pub(crate) struct ShardRow {
     pub remaining_ms: Option<u64>,
     /// Its member in the assignment from the members read now.
     pub target: Option<String>,
+    /// The election is quarantined (its fence counter was lost): no shard is granted.
+    #[serde(skip)]
+    pub quarantined: bool,
 }
 
 /// Every shard of `config`'s election, read from Redis within `budget` per call.
@@ -47,5 +50,6 @@ fn row(shard: u32, seen: &Observed, assignment: &Assignment) -> ShardRow {
         fence: holder.map(|h| h.fence),
         remaining_ms: seen.remaining().map(|r| r.as_millis() as u64),
         target: assignment.target(shard).map(str::to_owned),
+        quarantined: matches!(seen, Observed::Quarantined { .. }),
     }
 }

@@ -62,7 +62,12 @@ pub(super) fn text(name: &str, rows: &[ShardRow], listed: &[Listed]) -> String {
     );
     let owns = |id: &str| {
         let shards: Vec<String> = owned_by(rows, id).map(|s| s.to_string()).collect();
-        format!("owns {}: {}", shards.len(), shards.join(","))
+        let list = shards.join(",");
+        format!(
+            "owns {}:{}{list}",
+            shards.len(),
+            if list.is_empty() { "" } else { " " }
+        )
     };
     for c in listed {
         text += &format!("{} {}\n", candidacy::line(c), owns(&c.identity));
@@ -77,11 +82,24 @@ pub(super) fn text(name: &str, rows: &[ShardRow], listed: &[Listed]) -> String {
     text
 }
 
-/// The `status --json` document of a sharded election, on one line.
+/// The `status --json` document of a sharded election, on one line: the keys of one lease's
+/// document (`state` held when every shard is owned; no one holder, fence or validity), then
+/// the shards.
 pub(super) fn json_doc(name: &str, rows: &[ShardRow], listed: &[Listed]) -> String {
     let unowned = rows.iter().filter(|r| r.owner.is_none()).count();
+    let state = if rows.iter().any(|r| r.quarantined) {
+        "quarantined"
+    } else if unowned > 0 {
+        "vacant"
+    } else {
+        "held"
+    };
     let doc = serde_json::json!({
         "name": name,
+        "state": state,
+        "holder": null,
+        "fence": null,
+        "remaining_ms": null,
         "shards_count": rows.len(),
         "unowned": unowned,
     });
@@ -90,4 +108,65 @@ pub(super) fn json_doc(name: &str, rows: &[ShardRow], listed: &[Listed]) -> Stri
     let candidates = serde_json::to_string(listed).unwrap_or_else(|_| "[]".into());
     let shards = serde_json::to_string(rows).unwrap_or_else(|_| "[]".into());
     format!("{text},\"candidates\":{candidates},\"shards\":{shards}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(shard: u32, owner: Option<&str>) -> ShardRow {
+        ShardRow {
+            shard,
+            owner: owner.map(str::to_owned),
+            fence: owner.map(|_| 7),
+            remaining_ms: owner.map(|_| 900),
+            target: Some("a".into()),
+            quarantined: false,
+        }
+    }
+
+    fn candidate(identity: &str) -> Listed {
+        Listed {
+            identity: identity.into(),
+            state: "follower".into(),
+            healthy: true,
+            priority: 0,
+            address: None,
+            version: "0".into(),
+            started_at_ms: 0,
+            seen_ms_ago: 5,
+        }
+    }
+
+    #[test]
+    fn a_candidate_owning_nothing_ends_its_line_with_owns_0() {
+        let rows = [row(0, Some("a")), row(1, Some("a"))];
+        let out = text("n", &rows, &[candidate("a"), candidate("b")]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "n: 2 shards, 1 owners, 0 unowned");
+        assert!(lines[1].ends_with(" owns 2: 0,1"), "{out}");
+        assert!(lines[2].ends_with(" owns 0:"), "{out:?}");
+    }
+
+    #[test]
+    fn the_json_document_keeps_the_keys_of_one_lease() {
+        let doc = |rows: &[ShardRow]| -> serde_json::Value {
+            serde_json::from_str(&json_doc("n", rows, &[candidate("a")])).expect("json")
+        };
+        let held = doc(&[row(0, Some("a"))]);
+        assert_eq!(held["state"], "held");
+        for key in ["holder", "fence", "remaining_ms"] {
+            assert!(
+                held[key].is_null() && held.get(key).is_some(),
+                "{key}: {held}"
+            );
+        }
+        assert_eq!(held["candidates"][0]["identity"], "a");
+        assert_eq!(held["shards"][0]["owner"], "a");
+        assert!(held["shards"][0].get("quarantined").is_none(), "{held}");
+        assert_eq!(doc(&[row(0, Some("a")), row(1, None)])["state"], "vacant");
+        let mut lost = row(0, None);
+        lost.quarantined = true;
+        assert_eq!(doc(&[lost])["state"], "quarantined");
+    }
 }
