@@ -12,6 +12,11 @@ use crate::lease::{Heartbeat, Lease, LeaseError, Observed};
 
 /// Runs the command; returns its exit code.
 pub(super) fn status(overrides: &Overrides, json: bool, watch: bool) -> i32 {
+    // `--watch` ends cleanly on a signal from its first moment.
+    let early = match watch.then(super::catch_signals_early).transpose() {
+        Ok(early) => early,
+        Err(code) => return code,
+    };
     let config = match load(overrides) {
         Ok(config) => config,
         Err(code) => return code,
@@ -23,8 +28,8 @@ pub(super) fn status(overrides: &Overrides, json: bool, watch: bool) -> i32 {
             return EXIT_USAGE;
         }
     };
-    if watch {
-        return watch::run(&config, lease, json);
+    if let Some(early) = early {
+        return watch::run(&config, lease, json, early);
     }
     let budget = one_shot_budget(&lease, &config);
     if config.election.shards > 0 {
@@ -102,14 +107,11 @@ fn status_json(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
         "remaining_ms": remaining_ms(seen),
     });
     if let Observed::Reserved { for_identity, .. } = seen {
-        doc["reserved_for"] = serde_json::json!(for_identity);
+        doc["reserved_for"] = serde_json::json!(bounded(for_identity));
     }
-    // The candidates keep the field order of docs/operating.md#candidates (a `Value` would sort
-    // them).
-    let mut text = doc.to_string();
-    text.pop();
-    let list = serde_json::to_string(candidates).unwrap_or_else(|_| "[]".into());
-    format!("{text},\"candidates\":{list}}}")
+    // Keys in the order the README lists them (serde_json keeps insertion order).
+    doc["candidates"] = serde_json::to_value(candidates).unwrap_or_default();
+    doc.to_string()
 }
 
 /// The text of `status`: the first line, then one line per candidate (each line ends in a
@@ -129,9 +131,11 @@ fn status_text(name: &str, seen: &Observed, candidates: &[Listed]) -> String {
             shown_identity(&h.holder),
             h.fence,
         ),
+        // Worded as the README gives it: `N ms left`, with a space.
         Observed::Reserved { for_identity, .. } => format!(
-            "{name}: reserved for {} ({left})\n",
+            "{name}: reserved for {} ({} ms left)\n",
             shown_identity(for_identity),
+            remaining_ms(seen).unwrap_or(0),
         ),
     };
     for c in candidates {

@@ -94,7 +94,8 @@ pub(super) fn json_doc(name: &str, rows: &[ShardRow], listed: &[Listed]) -> Stri
     } else {
         "held"
     };
-    let doc = serde_json::json!({
+    // Keys in the order the README lists them (serde_json keeps insertion order).
+    serde_json::json!({
         "name": name,
         "state": state,
         "holder": null,
@@ -102,12 +103,10 @@ pub(super) fn json_doc(name: &str, rows: &[ShardRow], listed: &[Listed]) -> Stri
         "remaining_ms": null,
         "shards_count": rows.len(),
         "unowned": unowned,
-    });
-    let mut text = doc.to_string();
-    text.pop();
-    let candidates = serde_json::to_string(listed).unwrap_or_else(|_| "[]".into());
-    let shards = serde_json::to_string(rows).unwrap_or_else(|_| "[]".into());
-    format!("{text},\"candidates\":{candidates},\"shards\":{shards}}}")
+        "candidates": listed,
+        "shards": rows,
+    })
+    .to_string()
 }
 
 #[cfg(test)]
@@ -164,6 +163,25 @@ mod tests {
         assert_eq!(held["candidates"][0]["identity"], "a");
         assert_eq!(held["shards"][0]["owner"], "a");
         assert!(held["shards"][0].get("quarantined").is_none(), "{held}");
+        let keys: Vec<&str> = held
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let order = [
+            "name",
+            "state",
+            "holder",
+            "fence",
+            "remaining_ms",
+            "shards_count",
+        ];
+        let order: Vec<&str> = order
+            .into_iter()
+            .chain(["unowned", "candidates", "shards"])
+            .collect();
+        assert_eq!(keys, order, "the README's order");
         assert_eq!(doc(&[row(0, Some("a")), row(1, None)])["state"], "vacant");
         let mut lost = row(0, None);
         lost.quarantined = true;
