@@ -166,3 +166,70 @@ fn a_closing_terminal_is_a_clean_shutdown() {
     println!("terminal closed -> new leader's acquired_at: {handover}ms");
     assert!(handover < 1000, "the takeover took {handover}ms");
 }
+
+/// A stop signal that arrives while `run` is still reading its configuration (here a FIFO
+/// that nobody has written yet) is kept, not left to the signal's default action: once
+/// started, leaderd shuts down cleanly (exit 0, `state: stopped`) and never leads.
+#[test]
+fn a_signal_while_starting_is_a_clean_shutdown() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::process::{Command, Stdio};
+    use support::daemon::render_config;
+    use support::{free_port, leaderd_bin, wait_until, DaemonOpts, RedisServer};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, leader_file) = (
+        dir.path().join("config.yaml"),
+        dir.path().join("leader.json"),
+    );
+    nix::unistd::mkfifo(&config, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let mut leaderd = Command::new(leaderd_bin())
+        .args(["run", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("leaderd");
+    // Blocked on the FIFO with its SIGTERM handler in place (SigCgt bit 15), or, without
+    // one, given the same time to get there.
+    let status = format!("/proc/{}/status", leaderd.id());
+    let catches_term = || {
+        let text = std::fs::read_to_string(&status).ok()?;
+        let mask = text.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+        let mask = u64::from_str_radix(mask.trim(), 16).ok()?;
+        (mask & (1 << (15 - 1)) != 0).then_some(())
+    };
+    let _ = wait_until(Duration::from_secs(2), POLL, catches_term);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(leaderd.id() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let opts = DaemonOpts::new("starting", "start-a", &redis.url());
+    let yaml = render_config(&opts, free_port(), &leader_file);
+    // Non-blocking: with no reader left (leaderd died of the signal) the open fails.
+    if let Ok(mut fifo) = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(&config)
+    {
+        let _ = fifo.write_all(yaml.as_bytes());
+    }
+    let exited = wait_until(EXIT_WAIT, POLL, || leaderd.try_wait().ok().flatten());
+    if exited.is_none() {
+        let _ = leaderd.kill();
+    }
+    let output = leaderd.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{:?}: {log}", output.status);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&leader_file).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("no leader file ({e}): {log}"));
+    assert_eq!(doc["state"], "stopped", "{doc}");
+    assert!(
+        !log.contains("\"acquired\""),
+        "a replica told to stop never leads: {log}"
+    );
+}

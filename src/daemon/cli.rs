@@ -132,6 +132,13 @@ pub fn main() -> i32 {
             return 0;
         }
     };
+    let keeps_writing = matches!(
+        cli.command,
+        Command::Run { .. } | Command::Keeper(_) | Command::Status { watch: true, .. }
+    );
+    if !keeps_writing {
+        end_at_a_closed_pipe();
+    }
     match cli.command {
         Command::Run { common, command } => run(overrides(common, command, true)),
         Command::CheckConfig { common, probe } => {
@@ -151,6 +158,17 @@ pub fn main() -> i32 {
         Command::CopyBinary { dest } => copy_binary(&dest),
         Command::Keeper(args) => crate::daemon::keeper::main(args),
     }
+}
+
+/// A command that prints and ends (`status | head -1`) ends quietly, by SIGPIPE, when its
+/// reader has gone, as other Unix tools do: the Rust runtime ignores SIGPIPE, and a print
+/// would panic with a backtrace. `run` and `status --watch` keep ignoring it: a closed peer
+/// is an error they handle (README "Commands").
+fn end_at_a_closed_pipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // Safe: the default action is no handler code, and no other thread runs yet.
+    #[allow(unsafe_code)]
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 
 /// A usage error in one line: what is wrong, and the usage of the command.
@@ -188,7 +206,19 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
+/// Catches the stop signals from now on (`shutdown::catch_early`), or says why it cannot.
+fn catch_signals_early() -> Result<crate::daemon::shutdown::Early, i32> {
+    crate::daemon::shutdown::catch_early().map_err(|err| {
+        eprintln!("leaderd: cannot install signal handlers: {err}");
+        EXIT_FAILURE
+    })
+}
+
 fn run(overrides: Overrides) -> i32 {
+    let early = match catch_signals_early() {
+        Ok(early) => early,
+        Err(code) => return code,
+    };
     let config = match load(&overrides) {
         Ok(config) => config,
         Err(code) => return code,
@@ -207,7 +237,7 @@ fn run(overrides: Overrides) -> i32 {
             Ok(listener) => listener,
             Err(err) => return fail(&err),
         };
-        let signals = match crate::daemon::shutdown::install() {
+        let signals = match crate::daemon::shutdown::install(early) {
             Ok(signals) => signals,
             Err(err) => {
                 eprintln!("leaderd: cannot install signal handlers: {err}");

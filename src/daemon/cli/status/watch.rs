@@ -12,13 +12,14 @@ use crate::backend::Backend;
 use crate::daemon::candidacy::Listed;
 use crate::daemon::cli::{one_shot_budget, runtime, EXIT_FAILURE};
 use crate::daemon::config::Config;
+use crate::daemon::shutdown::Early;
 use crate::lease::{Lease, LeaseError, Observed};
 
 /// Home the cursor and clear the screen (a terminal only).
 const CLEAR: &str = "\x1b[H\x1b[2J";
 
 /// Watches until a signal; 0 after SIGINT/SIGTERM, 1 when the output cannot be written.
-pub(super) fn run(config: &Config, lease: Backend, json: bool) -> i32 {
+pub(super) fn run(config: &Config, lease: Backend, json: bool, early: Early) -> i32 {
     let out = Output {
         json,
         tty: std::io::stdout().is_terminal(),
@@ -26,7 +27,7 @@ pub(super) fn run(config: &Config, lease: Backend, json: bool) -> i32 {
     };
     let every = config.election.retry_period;
     let budget = one_shot_budget(&lease, config);
-    runtime().block_on(watch(config, lease, (every, budget), out))
+    runtime().block_on(watch(config, lease, (every, budget), out, early))
 }
 
 async fn watch(
@@ -34,8 +35,9 @@ async fn watch(
     lease: Backend,
     (every, budget): (Duration, Duration),
     mut out: Output,
+    early: Early,
 ) -> i32 {
-    let stop = match crate::daemon::shutdown::install() {
+    let stop = match crate::daemon::shutdown::install(early) {
         Ok(signals) => signals.shutdown,
         Err(err) => {
             eprintln!("leaderd: cannot install signal handlers: {err}");
