@@ -8,16 +8,26 @@ use std::time::Duration;
 use serde_json::Value;
 use support::{keys, run_cli, RedisServer};
 
-fn status(redis: &RedisServer, name: &str) -> (Option<i32>, Value) {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// A config file in `dir` for election `name` on `redis`; returns its path.
+fn config_in(dir: &tempfile::TempDir, redis: &RedisServer, name: &str) -> String {
     let path = dir.path().join("config.yaml");
     let yaml = format!(
         "name: {name}\nidentity: probe\nredis:\n  url: {}\n",
         redis.url()
     );
     std::fs::write(&path, yaml).expect("write config");
+    path.to_str().unwrap().to_string()
+}
+
+fn status(redis: &RedisServer, name: &str) -> (Option<i32>, Value) {
+    let dir = tempfile::tempdir().expect("temp dir");
     let out = run_cli(
-        &["status", "--json", "--config", path.to_str().unwrap()],
+        &[
+            "status",
+            "--json",
+            "--config",
+            &config_in(&dir, redis, name),
+        ],
         &[],
         Duration::from_secs(10),
     );
@@ -70,6 +80,13 @@ fn status_shows_a_quarantine_and_a_reservation() {
     assert_eq!(st["state"], "reserved", "{st}");
     assert_eq!(st["reserved_for"], "pod-b", "{st}");
     assert_eq!(st["holder"], Value::Null, "{st}");
+    let order = ["name", "state", "holder", "fence", "remaining_ms"];
+    let reserved: Vec<&str> = order
+        .iter()
+        .chain(&["reserved_for", "candidates"])
+        .copied()
+        .collect();
+    assert_eq!(key_order(&st), reserved, "keys in the README's order: {st}");
 
     let fields = [
         "holder",
@@ -89,6 +106,16 @@ fn status_shows_a_quarantine_and_a_reservation() {
         (Some("held"), Some("pod-a"))
     );
     assert_eq!(st["fence"], 79, "{st}");
+    let held: Vec<&str> = order.iter().chain(&["candidates"]).copied().collect();
+    assert_eq!(key_order(&st), held, "keys in the README's order: {st}");
+}
+
+/// The keys of a document in the order it printed them (serde_json keeps it here).
+fn key_order(doc: &Value) -> Vec<&str> {
+    let keys = doc
+        .as_object()
+        .map(|o| o.keys().map(String::as_str).collect());
+    keys.unwrap_or_default()
 }
 
 /// `status` and `handover` run on an operator's host, which need not have the
@@ -132,13 +159,7 @@ fn status_and_handover_do_not_need_the_hook_and_exec_programs() {
 /// `status` as text for the election `name`: the exit code and stdout.
 fn status_text(redis: &RedisServer, name: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("config.yaml");
-    let yaml = format!(
-        "name: {name}\nidentity: probe\nredis:\n  url: {}\n",
-        redis.url()
-    );
-    std::fs::write(&path, yaml).expect("write config");
-    let args = ["status", "--config", path.to_str().unwrap()];
+    let args = ["status", "--config", &config_in(&dir, redis, name)];
     let out = run_cli(&args, &[], Duration::from_secs(10));
     (out.code, out.stdout)
 }
@@ -188,9 +209,50 @@ fn status_text_is_one_line_per_candidate_and_says_no_ttl() {
     let (code, text) = status_text(&redis, "st-r2");
     assert_eq!(code, Some(3), "{text}");
     assert!(text.starts_with("st-r2: reserved for pod-b ("), "{text}");
-    assert!(text.trim_end().ends_with("ms left)"), "{text}");
+    let left = text.trim_end().strip_prefix("st-r2: reserved for pod-b (");
+    let ms = left.and_then(|t| t.strip_suffix(" ms left)"));
     assert!(
-        !text.contains(" ms left"),
-        "one style, as held and quarantined: {text}"
+        ms.is_some_and(|ms| ms.parse::<u64>().is_ok_and(|ms| ms <= 30_000)),
+        "worded as the README: {text}"
     );
+}
+
+/// `status`, `handover` and `check-config` piped into a reader that has gone (`| head -0`)
+/// end quietly by SIGPIPE, as other Unix tools do: no panic, no backtrace on stderr.
+#[test]
+fn status_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+
+    let redis = RedisServer::start();
+    place(
+        &redis,
+        "st-pipe",
+        &["holder", "pod-a", "token", "t", "fence", "3"],
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = &config_in(&dir, &redis, "st-pipe");
+    for args in [
+        vec!["status", "--config", config],
+        vec!["status", "--json", "--config", config],
+        vec!["check-config", "--config", config],
+        vec!["handover", "--json", "--timeout", "1s", "--config", config],
+    ] {
+        let mut child = Command::new(support::leaderd_bin())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("leaderd");
+        drop(child.stdout.take()); // the reader goes before anything is printed
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(
+            out.status.signal(),
+            Some(nix::libc::SIGPIPE),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
 }
