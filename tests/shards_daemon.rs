@@ -700,6 +700,29 @@ fn the_registry_entry_says_leader_as_soon_as_a_shard_is_owned() {
     assert!(leads.is_some(), "entry still says {:?}", state());
 }
 
+/// `leaderd_candidates{healthy}` counts the registry as the heartbeats read it in a sharded
+/// election too (docs/outputs.md), so the alert `LeaderdNoHealthyStandby` does not fire on
+/// replicas that own shards while the others are healthy.
+#[test]
+fn a_sharded_replica_counts_the_candidates_it_reads() {
+    let redis = RedisServer::start();
+    let r = [replica(&redis, "r1"), replica(&redis, "r2")];
+    settle_to(&r[0], &["r1", "r2"]);
+    for d in &r {
+        let healthy = wait_until(SETTLE, Duration::from_millis(50), || {
+            let n = counted(d, "leaderd_candidates", "healthy", "true");
+            (n == 2.0).then_some(n)
+        });
+        assert_eq!(
+            healthy,
+            Some(2.0),
+            "leaderd_candidates{{healthy=\"true\"}} of a replica that reads r1 and r2: {}",
+            counted(d, "leaderd_candidates", "healthy", "true")
+        );
+        assert_eq!(counted(d, "leaderd_candidates", "healthy", "false"), 0.0);
+    }
+}
+
 #[test]
 fn on_sigterm_the_children_of_all_shards_stop_at_once() {
     let redis = RedisServer::start();

@@ -102,9 +102,14 @@ async fn remove<L: Lease>(lease: &L, profile: &Profile, reporter: &Reporter) {
 }
 
 fn publish(metrics: &Metrics, latest: &Latest, roster: Roster) {
+    count(metrics, &roster);
+    latest.send_replace(roster);
+}
+
+/// `leaderd_candidates{healthy}` from the candidates `roster` lists (docs/outputs.md).
+pub(crate) fn count(metrics: &Metrics, roster: &Roster) {
     let healthy = roster.candidates.iter().filter(|c| c.healthy).count();
     metrics.candidates(healthy, roster.candidates.len() - healthy);
-    latest.send_replace(roster);
 }
 
 /// The state's name as in the status document.

@@ -356,6 +356,7 @@ impl<C: ShardLeases> ShardElector<C> {
             return;
         };
         self.events.registered(roster.registration);
+        self.events.candidates_read(&roster);
         let window = self.policy.lease_duration.as_millis() as u64 / 2;
         let since = roster.now_ms.saturating_sub(window);
         let read = self.client.candidates_seen_since(since, budget).await;

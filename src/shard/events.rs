@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 
 use super::OwnedShard;
 use crate::election::{AcquireResult, Began, RenewResult};
-use crate::lease::{LeaseError, Registration};
+use crate::lease::{LeaseError, Registration, Roster};
 
 /// Why a shard's term ended (the `reason` of `stepped_down`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,6 +63,8 @@ pub trait ShardEvents: Send + Sync + 'static {
     /// What a heartbeat found about this replica's own registry entry (another live process
     /// registering its identity, a full registry).
     fn registered(&self, _registration: Registration) {}
+    /// The candidates a heartbeat read (every live entry, this replica's included).
+    fn candidates_read(&self, _roster: &Roster) {}
     /// An attempt to take a shard: its result (as `ElectionEvents::acquire_result`).
     fn acquire_result(&self, _result: AcquireResult) {}
     /// One renew of every owned shard, and its round trip: `Lost` when a shard was found

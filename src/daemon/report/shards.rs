@@ -12,7 +12,7 @@ use crate::daemon::exec::ShardWork;
 use crate::daemon::hooks::HookEvent;
 use crate::daemon::state::{Phase, ShardsView};
 use crate::election::{AcquireResult, Began, RenewResult};
-use crate::lease::{unix_ms, LeaseError, Registration};
+use crate::lease::{unix_ms, LeaseError, Registration, Roster};
 use crate::shard::{OwnedShard, ShardEvents, ShardStepDown};
 
 /// A [`Reporter`] for a sharded election of `count` shards.
@@ -107,6 +107,11 @@ impl ShardEvents for ShardReporter {
         let r = &self.reporter;
         let mut own = self.own.lock().expect("shard reporter");
         own.found(registration, &r.identity, &r.metrics);
+    }
+
+    /// `leaderd_candidates{healthy}`, as the candidacy of one lease counts them.
+    fn candidates_read(&self, roster: &Roster) {
+        crate::daemon::candidacy::count(&self.reporter.metrics, roster);
     }
 
     fn acquire_result(&self, result: AcquireResult) {
