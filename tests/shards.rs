@@ -392,3 +392,46 @@ async fn over_redlock_a_shard_extended_on_no_majority_keeps_its_validity_and_is_
     let renewed = bounded("renew", c.renew_shards(&mut owned, budget)).await;
     assert_eq!(renewed.expect("a majority answered"), [ShardRenewal::Lost]);
 }
+
+/// A key of the election holding another type: the error names that key (a shard's, or the
+/// registry's index), not `:lock`, which a sharded election never writes; the key is left as
+/// it was.
+#[tokio::test]
+async fn a_foreign_key_is_named_by_shard_reads_renews_and_heartbeats() {
+    use leaderd::handover::Heartbeat;
+    use leaderd::LeaseError;
+    let redis = RedisServer::start();
+    let name = "sh-foreign";
+    seed_fence(&redis, name);
+    let c = client(&redis.url(), name, "a", Duration::from_secs(5));
+    let budget = c.default_budget();
+    let shard_5 = c.spec().shard_key(5);
+    assert_eq!(redis.cmd(&["SET", &shard_5, "foreign"]), "OK");
+    let read = bounded("read_shards", c.read_shards(8, budget)).await;
+    assert_eq!(
+        read,
+        Err(LeaseError::WrongType {
+            key: shard_5.clone()
+        })
+    );
+
+    let term = must_take(&c, 2).await;
+    let shard_2 = c.spec().shard_key(2);
+    assert_eq!(redis.cmd(&["DEL", &shard_2]), "1");
+    assert_eq!(redis.cmd(&["RPUSH", &shard_2, "foreign"]), "1");
+    let mut owned = vec![ShardTerm { shard: 2, term }];
+    let renewed = bounded("renew_shards", c.renew_shards(&mut owned, budget)).await;
+    assert_eq!(
+        renewed,
+        Err(LeaseError::WrongType {
+            key: shard_2.clone()
+        })
+    );
+    assert_eq!(redis.cmd(&["LRANGE", &shard_2, "0", "-1"]), "foreign");
+
+    let index = c.keys().candidates_index.clone();
+    assert_eq!(redis.cmd(&["SET", &index, "foreign"]), "OK");
+    let read = bounded("heartbeat", c.heartbeat(Heartbeat::Read, budget)).await;
+    assert_eq!(read.map(|_| ()), Err(LeaseError::WrongType { key: index }));
+    assert_eq!(redis.cmd(&["GET", &shard_5]), "foreign");
+}

@@ -116,7 +116,13 @@ impl LeaseClient {
                 let acked = c.wait_for_replicas(wanted, budget, &first).await?;
                 Ok((extended, Some(acked.unwrap_or(-1))))
             })
-            .or_else(|f| self.fail(f, LeaseScript::ShardRenew))
+            .or_else(|f| async {
+                let shards = owned.iter().map(|o| o.shard);
+                match self.foreign_shard(&f, shards).await {
+                    Some(err) => Err(err),
+                    None => self.fail(f, LeaseScript::ShardRenew).await,
+                }
+            })
             .await?;
         if extended.len() != owned.len() {
             return Err(LeaseError::Protocol(format!(
@@ -182,9 +188,10 @@ impl LeaseClient {
     /// The given shards (and the election's quarantine) in one pipeline.
     pub(crate) async fn observe_shards(
         &self,
-        shards: impl Iterator<Item = u32>,
+        shards: impl Iterator<Item = u32> + Clone,
         budget: Duration,
     ) -> Result<Vec<Observed>, LeaseError> {
+        let asked = shards.clone();
         let mut pipe = redis::pipe();
         let quarantine = self.spec.quarantine_key();
         pipe.cmd("HMGET").arg(&quarantine).arg("fence");
@@ -200,13 +207,16 @@ impl LeaseClient {
             ]);
             pipe.cmd("PTTL").arg(&key);
         }
-        let replies: Vec<Value> = self
+        let replies: Vec<Value> = match self
             .endpoint
             .call(Some(budget), |mut c| async move {
                 pipe.query_async(&mut c).await
             })
             .await
-            .map_err(|f| self.lift(f))?;
+        {
+            Ok(replies) => replies,
+            Err(f) => return Err(self.foreign_shard(&f, asked).await.unwrap_or(self.lift(f))),
+        };
         let bad = |e: ParsingError| LeaseError::Protocol(format!("a shard read: {e}"));
         let mut pairs = replies.chunks_exact(2);
         let Some([q_fence, q_ttl]) = pairs.next() else {
@@ -229,5 +239,24 @@ impl LeaseClient {
                 })
             })
             .collect()
+    }
+
+    /// After a `WRONGTYPE` from a call over `shards`: the error naming the key in the way,
+    /// looked for among those shards' keys, the quarantine and the election's keys (none for
+    /// another failure, or when no key can be told).
+    async fn foreign_shard(
+        &self,
+        failure: &crate::conn::RedisFailure,
+        shards: impl Iterator<Item = u32>,
+    ) -> Option<LeaseError> {
+        if failure.code.as_deref() != Some("WRONGTYPE") {
+            return None;
+        }
+        let mut expected = vec![(self.spec.quarantine_key(), "hash")];
+        expected.extend(shards.map(|s| (self.spec.shard_key(s), "hash")));
+        expected.extend(super::foreign::election_keys(&self.keys));
+        let budget = Some(self.spec.command_timeout());
+        let key = super::foreign::foreign_among(&self.endpoint, expected, budget).await?;
+        Some(LeaseError::WrongType { key })
     }
 }
