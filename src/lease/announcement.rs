@@ -7,6 +7,8 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 /// The longest identity, holder, successor or address a message may name (what the keys
 /// hold).
 pub(crate) const MAX_FIELD_BYTES: usize = 256;
+/// The most shards an election has (README, "Shards"): a message's `"shard"` is below it.
+pub(crate) const MAX_SHARDS: u64 = 4096;
 
 /// One announcement on the release channel. What it says was heard, not read: a hint of
 /// what to read in Redis, never the truth about the lease.
@@ -101,6 +103,13 @@ impl Heard<Announcement> {
         let Some(extra) = name(optional) else {
             return Heard::Dropped;
         };
+        let shard_ok = match v.get("shard") {
+            None | Some(serde_json::Value::Null) => true,
+            Some(shard) => shard.as_u64().is_some_and(|s| s < MAX_SHARDS),
+        };
+        if !shard_ok {
+            return Heard::Dropped;
+        }
         Heard::Message(match event {
             "released" => Announcement::Released {
                 holder,
@@ -131,7 +140,7 @@ impl Announcement {
     /// Parses one message; `None` for anything else (e.g. the plain-text release of an
     /// older leaderd, which only wakes the waiting candidates) and for a message over 1 KiB
     /// or with a field out of bounds (a name over 256 bytes, a fence that is not an
-    /// unsigned integer).
+    /// unsigned integer, a shard that is not one below 4096).
     pub fn parse(payload: &[u8]) -> Option<Self> {
         match Heard::of(payload) {
             Heard::Message(a) => Some(a),
@@ -182,6 +191,8 @@ mod tests {
         let q = |s: &str| format!("\"{s}\"");
         let ok = acquired(&q(&at_bound), "18446744073709551615", &q(&at_bound));
         assert!(matches!(Heard::of(ok.as_bytes()), Heard::Message(_)));
+        let shard = r#"{"event":"released","holder":"a","fence":1,"shard":4095}"#;
+        assert!(matches!(Heard::of(shard.as_bytes()), Heard::Message(_)));
         for bad in [
             acquired(&q(&long), "1", "null"),
             acquired(&q("a"), "1", &q(&long)),
@@ -196,6 +207,9 @@ mod tests {
                 q(&long)
             ),
             r#"{"event":"released","holder":"a"}"#.to_string(),
+            r#"{"event":"released","holder":"a","fence":1,"shard":4096}"#.to_string(),
+            r#"{"event":"acquired","holder":"a","fence":1,"shard":"abc"}"#.to_string(),
+            r#"{"event":"acquired","holder":"a","fence":1,"shard":-1}"#.to_string(),
         ] {
             assert_eq!(Heard::of(bad.as_bytes()), Heard::Dropped, "{bad}");
         }
