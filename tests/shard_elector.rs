@@ -31,6 +31,7 @@ fn policy() -> ShardPolicy {
         renew_deadline: LEASE * 2 / 3,
         retry_period: Duration::from_millis(200),
         handover_window: Duration::from_secs(1),
+        release_on_shutdown: true,
     }
 }
 

@@ -1008,3 +1008,58 @@ fn over_a_cluster_shards_settle_and_a_leavers_shards_move() {
 
     sigterm_moves_then_both_stop(&mut r);
 }
+
+/// A replica of `shards` shards with `election_yaml` added to its `election` section, once it
+/// owns them all.
+fn sole_owner(redis: &RedisServer, shards: u32, election_yaml: &str) -> Daemon {
+    let mut opts = DaemonOpts::new(NAME, "r1", &redis.url());
+    opts.extra_yaml = format!("election:\n  shards: {shards}\n{election_yaml}");
+    let d = Daemon::spawn(&opts);
+    let all = wait_until(SETTLE, Duration::from_millis(50), || {
+        let owned = d.status_doc()?["shards"]["owned"].as_array()?.len();
+        (owned == shards as usize).then_some(())
+    });
+    assert!(all.is_some(), "owns {:?}: {}", d.status_doc(), d.log());
+    d
+}
+
+fn shard_key(shard: u32) -> String {
+    format!("leaderd:{{{NAME}}}:shard:{shard}")
+}
+
+/// `on_lost: exit` holds for shards as for one lease (README, "Shards"): a shard lost ends
+/// leaderd with exit 1, after it has released every other shard as at any shutdown.
+#[test]
+fn with_on_lost_exit_a_lost_shard_ends_leaderd_with_1_after_releasing_the_others() {
+    let redis = RedisServer::start();
+    let mut d = sole_owner(&redis, 4, "  on_lost: exit\n");
+    assert_eq!(redis.cmd(&["DEL", &shard_key(2)]), "1");
+    assert_eq!(d.wait_exit(Duration::from_secs(5)), Some(1), "{}", d.log());
+    let down = d.events_named("stepped_down");
+    let reason = |shard: u64| {
+        let of = down.iter().find(|e| e["shard"] == shard);
+        of.map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+    };
+    assert_eq!(reason(2).as_deref(), Some("lost"), "{}", d.log());
+    for shard in [0, 1, 3] {
+        assert_eq!(reason(shard).as_deref(), Some("shutdown"), "{}", d.log());
+        assert_eq!(redis.cmd(&["EXISTS", &shard_key(shard as u32)]), "0");
+    }
+}
+
+/// `release_on_shutdown: false` holds for shards as for one lease: SIGTERM steps every shard
+/// down and leaves it to expire in Redis.
+#[test]
+fn without_release_on_shutdown_the_shards_are_left_to_expire() {
+    let redis = RedisServer::start();
+    let mut d = sole_owner(&redis, 4, "  release_on_shutdown: false\n");
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(5)), Some(0), "{}", d.log());
+    assert_eq!(d.events_named("stepped_down").len(), 4, "{}", d.log());
+    for shard in 0..4 {
+        let key = shard_key(shard);
+        assert_eq!(redis.cmd(&["HGET", &key, "holder"]), "r1", "shard {shard}");
+        let ttl: i64 = redis.cmd(&["PTTL", &key]).parse().unwrap_or(-2);
+        assert!(ttl > 0, "shard {shard}: PTTL {ttl}");
+    }
+}

@@ -39,6 +39,9 @@ pub struct ShardPolicy {
     pub retry_period: Duration,
     /// How long a shard released to its target stays reserved for it.
     pub handover_window: Duration,
+    /// At shutdown, release every shard reserved for its next owner (true), or step down
+    /// and leave each to expire (false).
+    pub release_on_shutdown: bool,
 }
 
 impl ShardPolicy {
@@ -52,7 +55,14 @@ impl ShardPolicy {
             renew_deadline: timing.renew_deadline,
             retry_period: timing.retry_period,
             handover_window: handover_window(&timing),
+            release_on_shutdown: true,
         }
+    }
+
+    /// Whether shutdown releases the shards (true, the default) or leaves them to expire.
+    pub fn with_release_on_shutdown(mut self, release: bool) -> Self {
+        self.release_on_shutdown = release;
+        self
     }
 
     /// The most shards one replica owns, a hard bound (0: none but balance).
@@ -672,12 +682,21 @@ impl<C: ShardLeases> ShardElector<C> {
 
     /// On shutdown: every held shard stepped down (published), the registry entry removed (so
     /// that no member's next read makes this replica a target), then each shard released
-    /// reserved for its target computed without this replica.
+    /// reserved for its target computed without this replica (without
+    /// `release_on_shutdown`: left to expire once its work has stopped).
     async fn leave(&mut self) {
         let held = std::mem::take(&mut self.held);
         self.publish();
         let budget = self.budget();
         let _ = self.client.heartbeat(Heartbeat::Remove, budget).await;
+        if !self.policy.release_on_shutdown {
+            self.ended(&held, ShardStepDown::Shutdown);
+            let stopped = held
+                .iter()
+                .map(|h| self.events.work_stopped(&self.owned_of(h)));
+            join_all(stopped).await;
+            return;
+        }
         let ended = self.with_next_targets(held);
         self.end_and_release(&ended, ShardStepDown::Shutdown).await;
     }

@@ -2,10 +2,11 @@
 //! state (`shards.owned`), logged as `acquired` / `renewed` / `stepped_down` with `"shard"`,
 //! counted, and given to the hooks with `LEADERD_SHARD`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
 
 use super::{now_ms, Own, Reporter};
 use crate::daemon::exec::ShardWork;
@@ -23,6 +24,8 @@ pub(crate) struct ShardReporter {
     work: Option<Arc<ShardWork>>,
     /// What the heartbeats found about this replica's own entry.
     own: Arc<Mutex<Own>>,
+    /// With `on_lost: exit`: leaderd's exit code (1 at the first shard lost) and shutdown.
+    exit_on_loss: Option<(Arc<OnceLock<i32>>, CancellationToken)>,
 }
 
 impl ShardReporter {
@@ -40,7 +43,19 @@ impl ShardReporter {
             reporter,
             work: None,
             own: Arc::new(Mutex::new(Own::new(lease_duration))),
+            exit_on_loss: None,
         }
+    }
+
+    /// The same reporter, ending leaderd with code 1 (`code`, then `shutdown`) when a shard is
+    /// lost or passes its renew deadline (`on_lost: exit`).
+    pub(crate) fn with_exit_on_loss(
+        mut self,
+        code: Arc<OnceLock<i32>>,
+        shutdown: CancellationToken,
+    ) -> ShardReporter {
+        self.exit_on_loss = Some((code, shutdown));
+        self
     }
 
     /// The same reporter, running one child per owned shard.
@@ -175,6 +190,12 @@ impl ShardEvents for ShardReporter {
     }
 
     fn stepped_down(&self, o: &OwnedShard, reason: ShardStepDown) {
+        let lost = matches!(reason, ShardStepDown::Lost | ShardStepDown::Deadline);
+        if let Some((code, shutdown)) = self.exit_on_loss.as_ref().filter(|_| lost) {
+            // Every other shard is then released as at any shutdown (README "Shards").
+            let _ = code.set(1);
+            shutdown.cancel();
+        }
         let (shard, fence) = (o.shard, o.fence);
         self.owned(|owned| owned.retain(|x| !(x.shard == shard && x.fence == fence)));
         if let Some(work) = &self.work {

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::beside::Running;
 use crate::backend::Backend;
-use crate::daemon::config::{Config, OnExit};
+use crate::daemon::config::{Config, OnExit, OnLost};
 use crate::daemon::exec::{ChildExits, ShardWork};
 use crate::daemon::report::ShardReporter;
 use crate::election::Timing;
@@ -26,7 +26,9 @@ fn policy(config: &Config) -> ShardPolicy {
         jitter: e.jitter,
         command_timeout: config.redis.command_timeout,
     };
-    ShardPolicy::new(e.shards, timing).with_max_shards_per_replica(e.max_shards_per_replica)
+    ShardPolicy::new(e.shards, timing)
+        .with_max_shards_per_replica(e.max_shards_per_replica)
+        .with_release_on_shutdown(e.release_on_shutdown)
 }
 
 /// Runs the shard elector over its own twin of `lease` until `shutdown` (exit code 0): it steps down and
@@ -44,6 +46,9 @@ pub(super) async fn run(
     let mut reporter = ShardReporter::new(feeds.reporter, e.shards, e.lease_duration);
     let (to_elector, exits) = mpsc::channel(e.shards as usize);
     let code = Arc::new(OnceLock::new());
+    if e.on_lost == OnLost::Exit {
+        reporter = reporter.with_exit_on_loss(code.clone(), shutdown.clone());
+    }
     if !config.exec.command.is_empty() {
         let exit = (config.exec.on_exit == OnExit::Exit).then(|| (code.clone(), shutdown.clone()));
         let exits = ChildExits {
@@ -62,7 +67,7 @@ pub(super) async fn run(
     reporter.stopped();
     drop(reporter); // the leader file's writer ends once every state sender is gone
     running.shutdown().await;
-    // `on_exit: exit`: leaderd's code is the child's (README, "Exec mode").
+    // `on_exit: exit`: leaderd's code is the child's (README, "Exec mode"); `on_lost: exit`: 1.
     let code = code.get().copied().unwrap_or(0);
     tracing::info!(event = "exited", code, "leaderd stopped");
     code
