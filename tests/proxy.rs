@@ -366,6 +366,13 @@ fn half_closes_pass_through_and_the_connection_limit_refuses_and_counts() {
     let mut all = String::new();
     c.read_to_string(&mut all).unwrap();
     assert_eq!(all, "a\nping\nbye\n");
+    // The client reads the end before the proxy has let go of the connection's slot: wait
+    // until it has (bounded), so that the two below are the only ones open.
+    let active = "leaderd_proxy_active_connections{name=\"proxy-half\"} 0";
+    wait_until(Duration::from_secs(5), STEP, || {
+        r.daemon.get("/metrics").1.contains(active).then_some(())
+    })
+    .expect("the half-closed connection's slot is let go");
 
     let hold: Vec<TcpStream> = (0..2)
         .map(|_| {
