@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -115,17 +115,17 @@ pub(crate) async fn serve(listener: TcpListener, ctx: ProxyContext, stop: Cancel
         let stop = stop.clone();
         tokio::spawn(async move {
             tokio::select! {
-                _ = handle(client, &ctx) => {}
+                _ = handle(client, &ctx, slot) => {}
                 _ = stop.cancelled() => {}
             }
-            drop(slot);
         });
     }
 }
 
 /// One connection: wait for a usable route, connect, forward until either side closes or
-/// (with `close`) the target stops leading.
-async fn handle(client: TcpStream, ctx: &ProxyContext) {
+/// (with `close`) the target stops leading. Its `slot` of `max_connections` is free again
+/// before the active gauge falls, so a client that reads the gauge can count on the slot.
+async fn handle(client: TcpStream, ctx: &ProxyContext, slot: OwnedSemaphorePermit) {
     let _ = client.set_nodelay(true);
     let deadline = Instant::now() + ctx.connect_timeout;
     let mut routes = ctx.routes.clone();
@@ -149,6 +149,7 @@ async fn handle(client: TcpStream, ctx: &ProxyContext) {
         _ = deposed(&mut routes, &target, ctx), if ctx.close_on_change => {}
         _ = activity.expired(ctx.idle_timeout) => {}
     }
+    drop(slot);
     out.proxy_active.dec();
     tracing::debug!(
         event = "proxy_connection_closed",
