@@ -12,6 +12,7 @@
 mod cluster;
 mod connection;
 mod failover;
+mod script;
 mod sentinel;
 mod spec;
 mod tls;
@@ -27,6 +28,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
 pub(crate) use cluster::key_slot;
 pub(crate) use cluster::ClusterConnector;
 pub(crate) use connection::{Conn, ScriptSlot};
+pub(crate) use script::{invoke, run as run_script};
 pub(crate) use sentinel::{NodeSettings, SentinelConnector};
 pub use spec::{ConnectError, RedisSpec, Secret, TlsFiles, Topology};
 pub(crate) use tls::init_tls;

@@ -10,6 +10,7 @@ mod support;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use support::metrics::metric;
 use support::{check_logs, keys, now_ms, seed_fence, wait_until, Daemon, DaemonOpts, RedisServer};
 
 const NAME: &str = "cluster-election";
@@ -289,6 +290,12 @@ fn acquired_since(daemons: &[Daemon], after_ms: u64) -> Option<(String, u64)> {
     })
 }
 
+/// `leaderd_redis_errors_total{kind="script"}` of `d` (NOSCRIPT, BUSY, WRONGTYPE).
+fn script_errors(d: &Daemon) -> f64 {
+    let (_, text) = d.get("/metrics");
+    metric(&text, "leaderd_redis_errors_total", &[("kind", "script")]).unwrap_or(0.0)
+}
+
 /// The slot's master is SIGKILLed, its replica is promoted, and the old master comes back
 /// empty and rejoins as a replica; three times. Within 1 s of every node agreeing again, the
 /// leader renews and a graceful handover (SIGTERM) takes milliseconds: no call waits on a
@@ -365,6 +372,7 @@ fn right_after_a_failover_renewals_and_handovers_are_quick() {
         );
         let ok_at = now_ms();
         eprintln!("round {round}: the cluster is ok again at {ok_at}");
+        let script_errors_at_ok: Vec<f64> = daemons.iter().map(script_errors).collect();
         let renewed = wait_until(Duration::from_secs(1), Duration::from_millis(20), || {
             daemons.iter().find_map(|d| {
                 let doc = d.status_doc()?;
@@ -384,6 +392,19 @@ fn right_after_a_failover_renewals_and_handovers_are_quick() {
             .iter()
             .position(|d| d.identity() == leader)
             .expect("ours");
+        // A script's first run on the new master answers NOSCRIPT: it is loaded and run
+        // again in the same call, also when the client's map of the slot changed between
+        // the load and the run; it is never an error once the nodes agree.
+        let no_script_errors = |d: &Daemon, at_ok: f64| {
+            assert_eq!(
+                script_errors(d),
+                at_ok,
+                "round {round}: {} had a script error after the cluster was ok:\n{}",
+                d.identity(),
+                d.log()
+            );
+        };
+        no_script_errors(&daemons[i], script_errors_at_ok[i]);
         let stop_at = now_ms();
         daemons[i].signal(Signal::SIGTERM);
         assert_eq!(daemons[i].wait_exit(Duration::from_secs(10)), Some(0));
@@ -402,6 +423,9 @@ fn right_after_a_failover_renewals_and_handovers_are_quick() {
             "round {round}: handover from {leader} to {next} in {} ms",
             at - stop_at
         );
+        for (j, d) in daemons.iter().enumerate().filter(|(j, _)| *j != i) {
+            no_script_errors(d, script_errors_at_ok[j]);
+        }
         daemons[i].restart();
         let up = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
             daemons[i].status_doc()

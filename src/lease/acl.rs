@@ -11,6 +11,7 @@ use redis::Script;
 
 use super::LeaseKeys;
 use crate::conn::{Endpoint, FailureKind, RedisFailure};
+use crate::connector::invoke;
 
 /// Which of the lease scripts failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +182,7 @@ pub(crate) async fn explain(
         }
     }
     let denied: Result<Vec<String>, _> = endpoint
-        .call(None, |mut c| async move { call.invoke_async(&mut c).await })
+        .call(None, |mut c| async move { invoke(&mut c, &call).await })
         .await;
     let what = match denied {
         Ok(list) if !list.is_empty() => format!(

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::reply::{is_granted, not_replicated, parse_acquire, AcquireReply};
 use super::{unix_ms, Acquire, Lease, LeaseClient, LeaseError, Term};
+use crate::connector::invoke;
 use crate::lease::acl::LeaseScript;
 
 impl LeaseClient {
@@ -90,7 +91,7 @@ impl LeaseClient {
         let wanted = endpoint.min_replicas_ack();
         endpoint
             .call(timeout, |mut c| async move {
-                let reply: redis::Value = call.invoke_async(&mut c).await?;
+                let reply: redis::Value = invoke(&mut c, &call).await?;
                 if wanted == 0 || !is_granted(&reply) {
                     return Ok((reply, None));
                 }
@@ -122,9 +123,10 @@ impl LeaseClient {
         }
         let done: i64 = self
             .endpoint
-            .call(Some(budget), |mut c| async move {
-                call.invoke_async(&mut c).await
-            })
+            .call(
+                Some(budget),
+                |mut c| async move { invoke(&mut c, &call).await },
+            )
             .or_else(|f| self.fail(f, LeaseScript::Announce))
             .await?;
         Ok(done == 1)

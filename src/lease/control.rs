@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::announcement::{bounded_name, json_object, Dropped, Heard};
 use super::{LeaseClient, LeaseError};
+use crate::connector::invoke;
 use crate::lease::acl::LeaseScript;
 
 /// One request to hand the leadership over.
@@ -204,9 +205,10 @@ impl LeaseClient {
         };
         let reply: Vec<redis::Value> = self
             .endpoint
-            .call(Some(budget), |mut c| async move {
-                call.invoke_async(&mut c).await
-            })
+            .call(
+                Some(budget),
+                |mut c| async move { invoke(&mut c, &call).await },
+            )
             .or_else(|f| self.fail(f, LeaseScript::Handover))
             .await?;
         let text =

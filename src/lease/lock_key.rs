@@ -20,7 +20,7 @@ use super::reply::not_replicated;
 use super::Term;
 use super::{lifted, push_token, Acquire, LeaseError, LeaseKeys, LeaseSpec, Observed};
 use crate::conn::{Endpoint, RedisFailure};
-use crate::connector::Conn;
+use crate::connector::{run_script, Conn};
 
 static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/plain_renew.lua")));
@@ -159,7 +159,7 @@ impl LockKey {
         counts: fn(&T) -> bool,
     ) -> Result<(T, Option<i64>), RedisFailure> {
         self.run(times, counts, |mut c| async move {
-            let reply = invoke(&mut c, script, &call).await?;
+            let reply = run_script(&mut c, script, &call).await?;
             Ok((reply, c))
         })
         .await
@@ -320,22 +320,6 @@ fn evalsha(script: &Script, keys: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
     cmd
-}
-
-/// `call` ([`evalsha`]), with `script` loaded first when Redis answers `NOSCRIPT` (after a
-/// restart or a failover), as [`redis::ScriptInvocation::invoke_async`] does.
-async fn invoke<T: FromRedisValue>(
-    c: &mut Conn,
-    script: &Script,
-    call: &redis::Cmd,
-) -> redis::RedisResult<T> {
-    match call.query_async(c).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.load_async(c).await?;
-            call.query_async(c).await
-        }
-        reply => reply,
-    }
 }
 
 /// The lock as read: its value (`<holder>:<token>`; `''` for the quarantine; `>identity>`

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::reply::not_replicated;
 use super::{new_token, Acquire, Lease, LeaseClient, LeaseError, LeaseSpec, Observed, Term};
 use super::{Control, ControlWatch, HandoverRequest, Heartbeat, ReleaseWatch, Reservation, Roster};
+use crate::connector::invoke;
 use crate::lease::acl::LeaseScript;
 
 impl Lease for LeaseClient {
@@ -63,7 +64,7 @@ impl Lease for LeaseClient {
         let wanted = endpoint.min_replicas_ack();
         let (extended, acked): (i64, Option<i64>) = endpoint
             .call(timeout, |mut c| async move {
-                let extended: i64 = call.invoke_async(&mut c).await?;
+                let extended: i64 = invoke(&mut c, &call).await?;
                 if wanted == 0 || extended == 0 {
                     return Ok((extended, None));
                 }
@@ -121,10 +122,7 @@ impl Lease for LeaseClient {
         }
         let released: i64 = self
             .endpoint
-            .call(
-                timeout,
-                |mut c| async move { call.invoke_async(&mut c).await },
-            )
+            .call(timeout, |mut c| async move { invoke(&mut c, &call).await })
             .or_else(|f| self.fail(f, LeaseScript::Release))
             .await
             .inspect_err(|_| self.stray(&term.token))?;

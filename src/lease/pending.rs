@@ -8,6 +8,7 @@ use futures::TryFutureExt;
 use tokio::time::Instant;
 
 use super::{LeaseClient, LeaseError};
+use crate::connector::invoke;
 use crate::lease::acl::LeaseScript;
 
 /// The longest a releaser waits for the successor to announce the release: the successor
@@ -60,7 +61,7 @@ impl LeaseClient {
         }
         self.endpoint
             .call(Some(self.spec.command_timeout), |mut c| async move {
-                call.invoke_async(&mut c).await
+                invoke(&mut c, &call).await
             })
             .or_else(|f| self.fail(f, LeaseScript::ReleaseAnnounce))
             .await

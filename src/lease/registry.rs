@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::candidates::{Cache, Candidate, Heartbeat, Registration, Roster};
 use super::{LeaseClient, LeaseError, Observed};
+use crate::connector::invoke;
 use crate::lease::acl::LeaseScript;
 
 /// A heartbeat's reply, parsed.
@@ -56,9 +57,10 @@ impl LeaseClient {
         let sent = Instant::now();
         let reply: Vec<redis::Value> = self
             .endpoint
-            .call(Some(budget), |mut c| async move {
-                call.invoke_async(&mut c).await
-            })
+            .call(
+                Some(budget),
+                |mut c| async move { invoke(&mut c, &call).await },
+            )
             .or_else(|f| self.fail(f, LeaseScript::Candidate))
             .await?;
         let reply = parse(reply, self.ttl_ms())

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::ops::{observed_of, LeaseFields};
 use super::reply::not_replicated;
 use super::{LeaseClient, LeaseError, LeaseSpec, Observed, Term};
+use crate::connector::invoke;
 use crate::lease::acl::LeaseScript;
 
 static SHARD_RENEW: std::sync::LazyLock<Script> =
@@ -108,7 +109,7 @@ impl LeaseClient {
         let wanted = endpoint.min_replicas_ack();
         let (extended, acked): (Vec<i64>, Option<i64>) = endpoint
             .call(timeout, |mut c| async move {
-                let extended: Vec<i64> = call.invoke_async(&mut c).await?;
+                let extended: Vec<i64> = invoke(&mut c, &call).await?;
                 if wanted == 0 || !extended.contains(&1) {
                     return Ok((extended, None));
                 }

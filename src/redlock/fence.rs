@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::{Node, RedlockClient};
 use crate::conn::{FailureKind, RedisFailure};
+use crate::connector::invoke;
 use crate::lease::LeaseError;
 
 impl RedlockClient {
@@ -66,10 +67,7 @@ impl RedlockClient {
         let raised: Result<i64, _> = node
             .lease
             .endpoint()
-            .call(
-                Some(t),
-                |mut c| async move { call.invoke_async(&mut c).await },
-            )
+            .call(Some(t), |mut c| async move { invoke(&mut c, &call).await })
             .await;
         match raised {
             Ok(raised) => Ok(raised == 1),

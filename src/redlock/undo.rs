@@ -9,6 +9,7 @@ use redis::Script;
 use tokio::time::Instant;
 
 use crate::conn::{Endpoint, RedisFailure};
+use crate::connector::invoke;
 
 /// Undos the node must answer after it answers again: its stale request, read in the same
 /// wake-up as the new connection, may run just after the first answer.
@@ -25,10 +26,7 @@ pub(super) async fn undo_once(
     let mut call = undo.prepare_invoke();
     call.key(lock).arg(token);
     endpoint
-        .call(
-            Some(t),
-            |mut c| async move { call.invoke_async(&mut c).await },
-        )
+        .call(Some(t), |mut c| async move { invoke(&mut c, &call).await })
         .await
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 use redis::{Script, Value};
 use tokio::time::Instant;
 
-use super::{evalsha, invoke, observed_of, Fence, LockKey};
-use crate::connector::Conn;
+use super::{evalsha, observed_of, Fence, LockKey};
+use crate::connector::{run_script, Conn};
 use crate::lease::{lifted, LeaseError, Observed};
 
 static ACQUIRE: LazyLock<Script> =
@@ -141,7 +141,7 @@ impl LockKey {
             .arg(FENCE_HEADROOM_US)
             .arg(taken)
             .arg(RAISE_BELOW_US);
-        let reply: Value = invoke(c, &ACQUIRE, &call).await?;
+        let reply: Value = run_script(c, &ACQUIRE, &call).await?;
         parse(&reply).ok_or_else(|| {
             let what = format!("{reply:?}");
             redis::RedisError::from((
