@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use super::{wait_until, RedisServer};
 
+/// How long the nodes may take to join.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// `masters` masters with `replicas` replicas each (`cluster-node-timeout 1000`, and `extra`
 /// arguments), all agreeing the cluster is ok within 20 s.
 pub fn create_cluster(masters: usize, replicas: usize, extra: &[&str]) -> Vec<RedisServer> {
@@ -18,7 +21,13 @@ pub fn create_cluster(masters: usize, replicas: usize, extra: &[&str]) -> Vec<Re
         .iter()
         .map(|s| format!("127.0.0.1:{}", s.port()))
         .collect();
-    let created = Command::new("redis-cli")
+    // `redis-cli --cluster create` waits for the nodes to join without a bound of its own.
+    let created = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            &JOIN_TIMEOUT.as_secs().to_string(),
+            "redis-cli",
+        ])
         .args(["--cluster", "create"])
         .args(&addrs)
         .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
@@ -27,7 +36,8 @@ pub fn create_cluster(masters: usize, replicas: usize, extra: &[&str]) -> Vec<Re
         .expect("run redis-cli --cluster create");
     assert!(
         created.status.success(),
-        "{}",
+        "redis-cli --cluster create ({}; killed after {JOIN_TIMEOUT:?}):\n{}",
+        created.status,
         String::from_utf8_lossy(&created.stdout)
     );
     wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
