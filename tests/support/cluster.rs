@@ -36,7 +36,7 @@ pub fn create_cluster(masters: usize, replicas: usize, extra: &[&str]) -> Vec<Re
         .expect("run redis-cli --cluster create");
     assert!(
         created.status.success(),
-        "redis-cli --cluster create ({}; killed after {JOIN_TIMEOUT:?}):\n{}",
+        "redis-cli --cluster create failed ({}; it is killed after {JOIN_TIMEOUT:?}):\n{}",
         created.status,
         String::from_utf8_lossy(&created.stdout)
     );
